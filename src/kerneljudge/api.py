@@ -1,0 +1,44 @@
+"""The Python API: the verbs agents and scripts use, each returning a Result.
+
+    evaluate(problem, solution, options)  everything: check, probes, timing
+    check(problem, solution, options)     correctness and integrity, no timing (run_correctness)
+    bench(problem, solution, options)     timing, after the checks that make a time meaningful
+    submit(problem, solution, options)    evaluate plus a hidden re-check with secret seeds; recorded
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kerneljudge.options import Options
+from kerneljudge.pipeline import evaluate as _evaluate
+from kerneljudge.records import Result
+
+
+def evaluate(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
+             **changes) -> Result:
+    """Judge `solution` against `problem`. Keyword changes adjust the options (`trials=3` is not valid:
+    use nested dicts, e.g. `check={"trials": 3}`, or flat `device="cpu"`)."""
+    options = (options or Options()).replace(**changes) if changes else (options or Options())
+    return _evaluate(problem, solution, options)
+
+
+def check(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
+          **changes) -> Result:
+    """Correctness and integrity only."""
+    options = (options or Options()).replace(**changes)
+    return _evaluate(problem, solution, options.replace(timing={"enabled": False}))
+
+
+def bench(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
+          **changes) -> Result:
+    """Timing (after a short correctness check: a time of a wrong kernel means nothing)."""
+    options = (options or Options()).replace(**changes)
+    return _evaluate(problem, solution, options.replace(timing={"enabled": True}))
+
+
+def submit(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
+           **changes) -> Result:
+    """The full strict evaluation plus a hidden re-check; the verdict is recorded."""
+    options = (options or Options()).replace(**changes)
+    return _evaluate(problem, solution, options.replace(hidden_recheck=True, protocol="strict"))

@@ -1,0 +1,57 @@
+"""Stage 2 (judge side), load the candidate: read it as text and say what it builds on.
+
+The judge never imports candidate code; the worker does (stage "build"). Here the file is read and
+parsed, so a missing file or a syntax error is reported without starting a worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+from kerneljudge.errors import CandidateError
+from kerneljudge.records import Candidate
+
+
+def load_candidate(path: str | Path) -> Candidate:
+    """Read a candidate file; raise CandidateError for a missing or unparsable one."""
+    path = Path(path).expanduser()
+    try:
+        source = path.read_text()
+    except FileNotFoundError as exc:
+        raise CandidateError(f"no candidate file {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateError(f"cannot read candidate file {path}: {exc}") from exc
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        line = (exc.text or "").rstrip()
+        raise CandidateError(f"{path.name} is not valid Python: line {exc.lineno}: {exc.msg}"
+                             + (f"\n    {line}" if line else "")) from exc
+    return Candidate(path=path.resolve(), source=source, sha256=hashlib.sha256(source.encode()).hexdigest(),
+                     kinds=_kinds(tree))
+
+
+def _kinds(tree: ast.Module) -> tuple[str, ...]:
+    """What the candidate compiles: "cpp"/"cuda" from load_inline/load calls, "triton" from imports."""
+    kinds: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(m == "triton" or m.startswith("triton.") for m in modules):
+                kinds.add("triton")
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            keywords = {k.arg for k in node.keywords}
+            # torch.utils.cpp_extension.load_inline, or load(sources=...) (not torch.load)
+            if name == "load_inline" or (name == "load" and "sources" in keywords):
+                kinds.add("cuda" if "cuda_sources" in keywords or _has_cuda_file(node) else "cpp")
+    if "cuda" in kinds:
+        kinds.discard("cpp")
+    return tuple(sorted(kinds))
+
+
+def _has_cuda_file(call: ast.Call) -> bool:
+    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.endswith(".cu")
+               for c in ast.walk(call))

@@ -1,0 +1,184 @@
+"""The command line: `kerneljudge` (alias `kj`). Options become one Options value; exit codes 0/1/2.
+
+Exit codes: 0 every candidate passed, 1 some candidate failed (wrong or caught by a probe),
+2 some candidate could not be judged (build error, crash, timeout, bad input) or a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from kerneljudge import findings as catalog
+from kerneljudge import report, suite
+from kerneljudge.errors import KernelJudgeError
+from kerneljudge.options import CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir
+from kerneljudge.records import Result, jsonsafe
+
+
+def _overrides(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r}: use NAME=VALUE", param_hint="--set")
+        pairs.append((name.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def evaluation_options(func):
+    """The options shared by eval, check, bench and submit."""
+    decorators = [
+        click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+                     help="Override a size constant of the problem (repeatable)."),
+        click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--trials", default=CheckOptions.trials, show_default=True, help="Correctness trials."),
+        click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
+        click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
+        click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
+        click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True),
+        click.option("--no-probes", is_flag=True, help="Skip the integrity probes (not for results you trust)."),
+        click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s, show_default=True,
+                     help="Seconds for the whole worker, build included."),
+        click.option("--memory-limit-mb", type=int, default=None, help="Worker memory limit on CPU runs."),
+        click.option("--budget-ms", type=float, default=TimingOptions.budget_ms, show_default=True,
+                     help="Timing budget per timed function."),
+        click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (launch-bound kernels)."),
+        click.option("--no-baselines", is_flag=True, help="Do not time the reference baselines."),
+        click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+                     help="Build/baseline cache (default $KERNELJUDGE_CACHE_DIR or ~/.cache/kerneljudge)."),
+        click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
+        click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
+        click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout."),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Options:
+    base = Options()
+    return base.replace(
+        device=kw["device"], preset=kw["preset"], overrides=_overrides(kw["sets"]), protocol=kw["protocol"],
+        probes=probes and not kw["no_probes"],
+        check={"trials": kw["trials"], "atol": kw["atol"], "rtol": kw["rtol"], "seed": kw["seed"]},
+        timing={"enabled": timing, "budget_ms": kw["budget_ms"], "cuda_graph": kw["cuda_graph"],
+                "baselines": not kw["no_baselines"]},
+        worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"]},
+        cache_dir=kw["cache_dir"] or default_cache_dir(), arch=kw["arch"],
+        store_path=None if kw["no_store"] else base.store_path,
+    )
+
+
+def emit(results: list[Result], as_json: bool) -> int:
+    """Print the results (one JSON object, or the human report) and return the exit code."""
+    if as_json:
+        payload = results[0].to_json() if len(results) == 1 else {"results": [r.to_json() for r in results]}
+        click.echo(json.dumps(jsonsafe(payload), indent=2))
+    else:
+        console = Console()
+        for i, result in enumerate(results):
+            if i:
+                console.rule()
+            report.render(result, console)
+    return max(r.exit_code for r in results)
+
+
+def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Options, as_json: bool) -> None:
+    from kerneljudge import api
+
+    run = getattr(api, verb)
+    results = [run(problem, solution, options) for solution in (solutions or (None,))]
+    sys.exit(emit(results, as_json))
+
+
+class Main(click.Group):
+    """Turns the judge's own errors into a one-paragraph message and exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KernelJudgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=Main)
+@click.version_option(package_name="kerneljudge")
+def main() -> None:
+    """Judge GPU kernels against PyTorch reference modules: correct, for any inputs and parameters,
+    and honestly timed."""
+
+
+@main.command("eval")
+@click.argument("problem")
+@click.argument("solutions", nargs=-1)
+@evaluation_options
+@click.option("--no-timing", is_flag=True, help="Skip timing.")
+def eval_command(problem: str, solutions: tuple[str, ...], as_json: bool, no_timing: bool, **kw) -> None:
+    """Evaluate SOLUTION(s) against PROBLEM: build, check, probe, time, report.
+
+    PROBLEM is a path or a built-in name (level2/51, l2/51). SOLUTION is a path, or @VARIANT for a
+    shipped solution (@pytorch, @cuda, @triton); without one, the shipped solution for this device."""
+    run_verb("evaluate", problem, solutions, build_options(kw, timing=not no_timing), as_json)
+
+
+@main.command("check")
+@click.argument("problem")
+@click.argument("solutions", nargs=-1)
+@evaluation_options
+def check_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+    """Correctness and integrity only (no timing): the agents' run_correctness."""
+    run_verb("check", problem, solutions, build_options(kw, timing=False), as_json)
+
+
+@main.command("problems")
+@click.argument("root", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def problems_command(root: Path | None, as_json: bool) -> None:
+    """List the problems of a KernelBench-layout folder (default: the built-in suite)."""
+    from kerneljudge import sourcefile
+
+    rows = []
+    for entry in suite.list_problems(root or suite.SUITE_ROOT):
+        try:
+            tree = sourcefile.parse(entry.path.read_text(), str(entry.path))
+            constants, presets = sourcefile.constants(tree), sorted(sourcefile.presets(tree))
+        except (SyntaxError, OSError, UnicodeDecodeError) as exc:
+            constants, presets = {"unreadable": str(exc)}, []
+        rows.append({"name": entry.name, "path": str(entry.path), "constants": constants, "presets": presets,
+                     "solutions": sorted(suite.shipped_solutions(entry.name)) if root is None else []})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("problem", "sizes", "presets", "shipped solutions")
+    for row in rows:
+        table.add_row(row["name"], ", ".join(f"{k}={v}" for k, v in row["constants"].items()),
+                      ", ".join(row["presets"]), ", ".join(row["solutions"]))
+    Console().print(table)
+
+
+@main.command("explain")
+@click.argument("code", required=False)
+def explain_command(code: str | None) -> None:
+    """Explain a finding code (without CODE: list them all)."""
+    if code is None:
+        for entry in catalog.CATALOG.values():
+            kind = "error" if entry.blocking else entry.severity
+            click.echo(f"{entry.code:24} {kind:5} {entry.title}")
+        return
+    if code not in catalog.CATALOG:
+        raise KernelJudgeError(f"no finding code {code!r}; `kerneljudge explain` lists them")
+    entry = catalog.CATALOG[code]
+    click.echo(f"{entry.code}: {entry.title}")
+    click.echo(f"severity: {'error (the candidate could not be judged)' if entry.blocking else entry.severity}")
+    if entry.catalog_row:
+        click.echo(f"guards against: integrity catalog row {entry.catalog_row}")
+    click.echo(f"fix: {entry.fix}")

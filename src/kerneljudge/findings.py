@@ -1,0 +1,170 @@
+"""The catalog of finding codes: what each means, how bad it is, and how an honest author fixes it.
+
+A finding is data (`records.Finding`): a stable code, a severity, a concrete message and the fix-it
+text from this catalog. Codes never change meaning; `kerneljudge explain CODE` prints an entry.
+`blocking` entries mean the candidate could not be judged at all: the verdict is "error", not "fail".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["fail", "warn", "info"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    code: str
+    severity: Severity
+    title: str
+    fix: str
+    blocking: bool = False  # True: verdict "error" (could not judge); False: a fail finding gives "fail"
+    catalog_row: int | None = None  # row of shared/reference/integrity-catalog.md this guards against
+
+
+def _specs() -> dict[str, Spec]:
+    entries = [
+        # --- could not judge (verdict "error") -------------------------------------------------------
+        Spec("problem-invalid", "fail", "The problem file is missing or malformed",
+             "Give a KernelBench-format file: class Model, get_inputs(), get_init_inputs(), int size constants.",
+             blocking=True),
+        Spec("problem-error", "fail", "The reference problem raised while running",
+             "Run the problem file on its own: Model(*get_init_inputs())(*get_inputs()) must work at these sizes.",
+             blocking=True),
+        Spec("candidate-invalid", "fail", "The candidate file is missing or is not valid Python",
+             "Fix the file path or the syntax error at the line shown.", blocking=True),
+        Spec("import-error", "fail", "Importing the candidate raised",
+             "Make the module import cleanly on its own; it cannot see the problem file's names.", blocking=True),
+        Spec("compile-error", "fail", "Building the candidate's extension failed",
+             "Fix the compiler errors shown (file:line); build it alone with `kerneljudge build SOLUTION`.",
+             blocking=True),
+        Spec("missing-modelnew", "fail", "The candidate defines no ModelNew class",
+             "Define `class ModelNew(nn.Module)` with the reference Model's constructor and forward signatures.",
+             blocking=True),
+        Spec("constructor-error", "fail", "ModelNew(*get_init_inputs()) raised",
+             "Accept exactly the reference's constructor arguments (see get_init_inputs()).", blocking=True),
+        Spec("state-dict-mismatch", "fail", "The reference's parameters do not fit ModelNew",
+             "Create the same parameters and buffers as Model, with the same names and shapes; extra ones are allowed.",
+             blocking=True),
+        Spec("forward-error", "fail", "ModelNew.forward raised",
+             "Fix the exception shown; forward gets the same arguments as the reference's forward.", blocking=True),
+        Spec("candidate-exit", "fail", "The candidate called exit",
+             "Do not call sys.exit/os._exit/quit in a candidate.", blocking=True),
+        Spec("timeout", "fail", "The worker ran past its time limit",
+             "Look for an endless loop or a hang (a deadlocked kernel, waiting on input); raise --timeout for slow builds.",
+             blocking=True),
+        Spec("out-of-memory", "fail", "The candidate ran out of memory",
+             "Allocate what the function needs, not more; check sizes computed from the inputs.", blocking=True),
+        Spec("worker-crashed", "fail", "The worker process died",
+             "The candidate crashed the process (signal or exit code shown): look for out-of-bounds access in native code.",
+             blocking=True),
+        Spec("cuda-error", "fail", "A CUDA error poisoned the device context",
+             "Run the kernel under compute-sanitizer to find the bad access; check launch bounds and indexing.",
+             blocking=True),
+        Spec("judge-error", "fail", "The judge itself failed",
+             "This is a bug in kerneljudge: please report it with the message shown.", blocking=True),
+        # --- wrong answers (verdict "fail") ----------------------------------------------------------
+        Spec("wrong-output", "fail", "Output values differ from the reference beyond tolerance",
+             "Compare against the reference on the trial shown; check indexing, reductions and accumulation precision.",
+             catalog_row=14),
+        Spec("output-shape", "fail", "Output shape differs from the reference",
+             "Return a tensor of exactly the reference output's shape (no squeezing or broadcasting left to the caller)."),
+        Spec("output-dtype", "fail", "Output dtype differs from the reference",
+             "Return the reference's dtype; compute in a lower precision only if the result stays within tolerance."),
+        Spec("output-device", "fail", "Output is on another device than the reference's",
+             "Return the output on the inputs' device."),
+        Spec("output-none", "fail", "forward returned None",
+             "Return the output tensor from forward."),
+        Spec("output-type", "fail", "Output is not a plain torch.Tensor with real storage",
+             "Return a plain torch.Tensor computed by the call (no subclass, proxy or lazily computed object).",
+             catalog_row=9),
+        Spec("output-nonfinite", "fail", "Output has NaN or Inf where the reference is finite",
+             "Look for unwritten output elements, division by zero or overflow in a lower precision."),
+        Spec("input-mutation", "fail", "The candidate changed its input tensors",
+             "Never write into the inputs; allocate the output (torch.empty_like) and write there.", catalog_row=2),
+        Spec("output-alias", "fail", "The output shares memory with an input or a parameter",
+             "Return a newly allocated tensor, not an input, a parameter or a view of one.", catalog_row=3),
+        Spec("stale-parameters", "fail", "Output is stale after the parameters changed",
+             "Recompute derived values when a parameter changes: key the cache on each parameter's "
+             "(id, _version, data_ptr, device, dtype) and refresh when it differs.", catalog_row=1),
+        Spec("stale-inputs", "fail", "Output is stale after the same input buffers received new values",
+             "Do not memoise outputs by input address, id() or a partial hash: compute from the values every call.",
+             catalog_row=4),
+        Spec("unwritten-output", "fail", "Output elements were never written by the call",
+             "Write every output element; torch.empty returns memory holding whatever was there before.",
+             catalog_row=6),
+        Spec("nondeterministic", "fail", "Two calls on the same inputs disagree",
+             "Look for reads of uninitialised memory or races (run compute-sanitizer --tool racecheck/initcheck).",
+             catalog_row=15),
+        Spec("thread-spawn", "fail", "The candidate left a thread or process running after the call",
+             "Do all work inside the call, on the calling thread and the current CUDA stream.", catalog_row=8),
+        Spec("side-stream", "fail", "Work ran on a CUDA stream other than the caller's",
+             "Launch on torch.cuda.current_stream() (at::cuda::getCurrentCUDAStream() in C++), or join your "
+             "streams back with wait_stream before returning.", catalog_row=7),
+        Spec("unsynchronized-work", "fail", "The output was not finished when the call's work on the caller's stream was",
+             "Order all work on the caller's stream; a side stream must be joined (wait_stream/events) before return.",
+             catalog_row=7),
+        Spec("tampering", "fail", "The candidate replaced a clock, a synchronisation or a judge function",
+             "Do not patch torch, time or kerneljudge; the judge measures with functions bound before your import.",
+             catalog_row=10),
+        Spec("decoy-kernel", "fail", "The candidate's own kernels never ran",
+             "Call the kernel you define from forward; remove dead kernels, or submit as a plain PyTorch rewrite.",
+             catalog_row=13),
+        Spec("reference-fallback", "fail", "The candidate computes with the reference's heavy operations instead of its kernels",
+             "Compute with your kernel; a try/except that falls back to the reference's ops hides failures.",
+             catalog_row=12),
+        Spec("timed-output-mismatch", "fail", "An output checked during timing was wrong",
+             "Do the full work on every call; timed calls see different inputs and are checked.", catalog_row=5),
+        Spec("impossible-speed", "fail", "Measured time is far below the memory floor",
+             "The call moves fewer bytes than reading the inputs and writing the output needs: it is skipping work "
+             "(replay, caching or deferred work).", catalog_row=16),
+        # --- warnings: suspicious, confirmed or not at run time --------------------------------------
+        Spec("lint-fallback", "warn", "try/except around the computation",
+             "Let errors propagate; a fallback path hides a failing kernel.", catalog_row=12),
+        Spec("lint-reference-use", "warn", "The candidate subclasses, imports or calls the reference",
+             "Write ModelNew on its own; do not derive from or call Model, and do not exec dynamic code.",
+             catalog_row=12),
+        Spec("lint-monkeypatch", "warn", "The candidate assigns attributes of torch, time, sys or the judge",
+             "Do not patch libraries or the judge.", catalog_row=10),
+        Spec("lint-threading", "warn", "The candidate uses threads, processes or signals",
+             "Do all work in the call on the calling thread.", catalog_row=8),
+        Spec("lint-stream", "warn", "The candidate creates or selects CUDA streams",
+             "Use the current stream; join any side stream before returning.", catalog_row=7),
+        Spec("lint-seed-or-env", "warn", "The candidate reads seeds, RNG state, the environment or stack frames",
+             "A kernel's result must depend only on its inputs and parameters.", catalog_row=11),
+        Spec("lint-timing", "warn", "The candidate reads clocks or creates timing events",
+             "A kernel has no need for a clock; remove timing code.", catalog_row=10),
+        Spec("native-threads", "warn", "The process has more native threads after the call",
+             "Do not start native threads (std::thread, OpenMP pools of your own) that outlive the call."),
+        Spec("timing-noisy", "warn", "Timing did not reach its precision target within the budget",
+             "Raise --budget-ms, or run on a quieter machine; the figures are less certain than usual."),
+        Spec("reference-ops", "warn", "The candidate still calls the reference's heavy operations",
+             "Fine if intended; otherwise move that work into your kernel."),
+        # --- information ----------------------------------------------------------------------------
+        Spec("pytorch-rewrite", "info", "A pure PyTorch rewrite (no custom kernel)",
+             "Allowed: the result is labelled as a PyTorch rewrite."),
+        Spec("preset-used", "info", "A size preset or overrides were applied",
+             "Pass --preset/--set to choose sizes; full sizes need a GPU for built-in problems."),
+        Spec("reference-imprecise", "info", "The reference itself misses the tolerance against float64",
+             "Nothing to fix in the candidate: it was compared with the reference at its own precision."),
+        Spec("no-float64-reference", "info", "The reference cannot run in float64",
+             "Nothing to fix: errors are measured against the reference at its own precision."),
+        Spec("probe-skipped", "info", "A probe does not apply on this device",
+             "Run on a GPU for the GPU-only probes."),
+        Spec("baseline-unavailable", "info", "A baseline could not be timed",
+             "Nothing to fix in the candidate; the speedup against that baseline is not given."),
+        Spec("protocol-difference", "info", "KernelBench's protocol and the strict one disagree",
+             "See the strict findings listed: the strict verdict is the trustworthy one."),
+        Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
+             "Its details are withheld; fix the findings of the open run first."),
+    ]
+    return {spec.code: spec for spec in entries}
+
+
+CATALOG: dict[str, Spec] = _specs()
+
+
+def spec(code: str) -> Spec:
+    """The catalog entry of `code`; an unknown code is a bug in the judge, so it raises KeyError."""
+    return CATALOG[code]

@@ -1,0 +1,170 @@
+"""The judge's side of a worker process: spawn it, talk to it over the private channel, contain it.
+
+A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
+`python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
+with stdout and stderr captured to a file whose tail is attached to error results, an address-space
+limit on CPU runs, and one deadline for its whole life. Whatever happens, `call` returns the reply
+or raises WorkerFailure carrying a finding that names what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import kerneljudge
+from kerneljudge import channel
+from kerneljudge.options import WorkerOptions
+from kerneljudge.records import Finding
+
+TAIL_CHARS = 3000
+
+
+class WorkerFailure(Exception):
+    """The worker could not answer: it timed out, crashed or exited. `finding` says which."""
+
+    def __init__(self, finding: Finding, output_tail: str):
+        super().__init__(finding.message)
+        self.finding = finding
+        self.output_tail = output_tail
+
+
+def default_memory_limit_mb() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.75 / 2**20)
+
+
+class WorkerProcess:
+    """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
+
+    def __init__(self, options: WorkerOptions, *, device_type: str, env: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.options = options
+        self.device_type = device_type
+        self.extra_env = env or {}
+        self.clock = clock
+        self.process: subprocess.Popen | None = None
+        self.dead = False
+
+    def __enter__(self) -> "WorkerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-"))
+        self.log_path = self.workdir / "output.log"
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
+        env = dict(os.environ)
+        package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.extra_env)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
+                pass_fds=(to_worker_r, from_worker_w), start_new_session=True, preexec_fn=self._limits())
+        os.close(to_worker_r)
+        os.close(from_worker_w)
+        self.write_fd, self.read_fd = to_worker_w, from_worker_r
+        self.deadline = self.clock() + self.options.timeout_s
+
+    def _limits(self) -> Callable[[], None] | None:
+        """An address-space limit for CPU runs (CUDA maps far more virtual memory than it uses)."""
+        if self.device_type != "cpu":
+            return None
+        limit = (self.options.memory_limit_mb or default_memory_limit_mb()) * 2**20
+        return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def call(self, op: str, **payload: Any) -> dict[str, Any]:
+        """Send one request; raise WorkerFailure if the worker cannot answer."""
+        if self.dead:
+            raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
+        try:
+            channel.send(self.write_fd, {"op": op, **payload})
+            reply = channel.receive(self.read_fd, self.deadline, self.clock)
+        except channel.ChannelTimeout:
+            self._kill()
+            raise WorkerFailure(Finding.of("timeout", f"the worker ran past its {self.options.timeout_s:g} s limit "
+                                           f"during stage {op} and was stopped", stage=op), self.output_tail())
+        except (channel.ChannelClosed, BrokenPipeError) as exc:
+            raise WorkerFailure(self._death(op, exc), self.output_tail())
+        if reply.get("poisoned"):
+            self.dead = True
+        return reply
+
+    def _death(self, op: str, exc: Exception) -> Finding:
+        """Name how the worker ended: a signal, an exit code, or a broken channel."""
+        self.dead = True
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            return Finding.of("worker-crashed", f"the worker closed its channel during stage {op} ({exc}) and was "
+                              "stopped", stage=op)
+        if code < 0:
+            name = signal.Signals(-code).name
+            hint = {"SIGKILL": " (killed from outside, often by the system when memory runs out)",
+                    "SIGSEGV": " (a segmentation fault: an invalid memory access in native code)",
+                    "SIGABRT": " (abort: a failed assertion or a fatal error in native code)",
+                    "SIGBUS": " (a bus error: a misaligned or unmapped memory access)"}.get(name, "")
+            return Finding.of("worker-crashed", f"the worker died from {name}{hint} during stage {op}", stage=op,
+                              signal=name)
+        return Finding.of("candidate-exit", f"the worker exited with code {code} during stage {op} "
+                          "(exit, os._exit or a fatal error in candidate code)", stage=op, exit_code=code)
+
+    def output_tail(self, chars: int = TAIL_CHARS) -> str:
+        """The end of what the worker (and the candidate) printed."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                size = log.tell()
+                log.seek(max(0, size - chars))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _kill(self) -> None:
+        self.dead = True
+        if self.process and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+
+    def close(self) -> None:
+        for fd in (getattr(self, "write_fd", None), getattr(self, "read_fd", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)  # the worker exits when its channel closes
+            except subprocess.TimeoutExpired:
+                self._kill()
+            else:
+                self._kill_group_leftovers()
+        shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
+
+    def _kill_group_leftovers(self) -> None:
+        """Processes the candidate started in the worker's session die with it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

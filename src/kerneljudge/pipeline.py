@@ -1,0 +1,165 @@
+"""The evaluation pipeline, readable from the top:
+
+    load problem -> load candidate -> (worker) build -> check -> probe -> time -> verdict
+
+Each stage is one call with typed values in and out; each stage's wall time is recorded on the
+result. Candidate code runs only in the worker; what comes back is data. A stage that fails to give
+the next one what it needs ends the run with the findings so far: the result is always returned.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kerneljudge import lint, suite
+from kerneljudge.candidate import load_candidate
+from kerneljudge.errors import CandidateError, ProblemError, UsageError
+from kerneljudge.isolation import WorkerFailure, WorkerProcess
+from kerneljudge.options import Options
+from kerneljudge.problem import load_problem
+from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
+
+
+@dataclass
+class Run:
+    """What one evaluation has gathered so far."""
+
+    options: Options
+    clock_ms: Callable[[], float]
+    findings: list[Finding] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    build: Build | None = None
+    timing: dict[str, Any] | None = None
+    output_tail: str | None = None
+
+    @contextmanager
+    def stage(self, name: str):
+        started = self.clock_ms()
+        try:
+            yield
+        finally:
+            self.stage_ms[name] = round(self.stage_ms.get(name, 0.0) + self.clock_ms() - started, 3)
+
+    def add(self, reply: dict[str, Any]) -> bool:
+        """Take a worker reply's findings; False when one of them ends the run."""
+        new = [Finding.from_json(f) for f in reply.get("findings", [])]
+        self.findings.extend(new)
+        return not any(f.blocking for f in new)
+
+    @property
+    def blocked(self) -> bool:
+        return any(f.blocking for f in self.findings)
+
+
+def resolve_device(requested: str) -> str:
+    """"auto" is cuda when a GPU is visible, else cpu; anything else must be a valid torch device."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(f"--device {requested!r} is not a device (use auto, cpu, cuda or cuda:N)") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {requested}: no CUDA GPU is visible on this machine (use --device cpu)")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {requested}: only cpu and cuda devices are supported")
+    return str(device)
+
+
+def resolve_solution(solution: str | Path | None, problem: Problem, device_type: str) -> Path:
+    """A path, `@variant` for a shipped solution, or None for the shipped default on this device."""
+    if solution is None or str(solution).startswith("@"):
+        if not problem.builtin:
+            raise UsageError(f"{problem.name} is not a built-in problem: give the SOLUTION file to evaluate")
+        shipped = suite.shipped_solutions(problem.name)
+        if solution is None:
+            chosen = suite.default_solution(problem.name, device_type)
+            if chosen is None:
+                raise UsageError(f"no shipped solution of {problem.name} runs on {device_type}; give a SOLUTION file")
+            return chosen
+        variant = str(solution)[1:]
+        if variant not in shipped:
+            raise UsageError(f"{problem.name} ships no {variant!r} solution (shipped: {', '.join(shipped) or 'none'})")
+        return shipped[variant]
+    return Path(solution)
+
+
+def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
+             clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
+    """Judge one candidate against one problem; never raises for bad candidate or problem files."""
+    options = options or Options()
+    run = Run(options, clock_ms)
+    device = resolve_device(options.device)
+    device_type = device.split(":")[0]
+    seed = options.check.seed if options.check.seed is not None else secrets.randbits(63)
+    problem = candidate = None
+    with run.stage("load"):
+        try:
+            problem = load_problem(problem_ref, preset=options.preset, overrides=options.overrides,
+                                   small_if_builtin=device_type == "cpu")
+            candidate = load_candidate(resolve_solution(solution, problem, device_type))
+        except ProblemError as exc:
+            run.findings.append(Finding.of("problem-invalid", str(exc), stage="load"))
+        except CandidateError as exc:
+            run.findings.append(Finding.of("candidate-invalid", str(exc), stage="load"))
+    if problem is not None and (problem.preset or problem.overrides):
+        sizes = ", ".join(f"{k}={v}" for k, v in problem.overrides.items())
+        run.findings.append(Finding.of("preset-used", f"sizes: {sizes}" + (f" (preset {problem.preset!r}"
+                                       f"{', chosen for a CPU run' if not options.preset else ''})"
+                                       if problem.preset else ""), stage="load"))
+    if candidate is not None:
+        run.findings.extend(lint.findings(candidate))
+        _judge_in_worker(run, problem, candidate, device, seed)
+    return _result(run, problem, candidate, device, seed)
+
+
+def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int) -> None:
+    options = run.options
+    env = {"TRITON_INTERPRET": "1"} if device == "cpu" and "triton" in candidate.kinds else {}
+    worker = WorkerProcess(options.worker, device_type=device.split(":")[0], env=env)
+    try:
+        with worker:
+            with run.stage("worker"):
+                hello = worker.call("ping", device=device)
+                run.device, run.versions = hello["device"], hello["versions"]
+            with run.stage("build"):
+                reply = worker.call("build", device=device, seed=seed, cache_dir=str(options.cache_dir),
+                                    arch=options.arch, problem={"path": str(problem.path), "source": problem.source,
+                                                                "constants": problem.constants},
+                                    candidate={"path": str(candidate.path), "sha256": candidate.sha256,
+                                               "kinds": list(candidate.kinds)})
+                run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])}) \
+                    if reply.get("build") else None
+                if not run.add(reply):
+                    return
+            with run.stage("check"):
+                reply = worker.call("check", trials=options.check.trials, atol=options.check.atol,
+                                    rtol=options.check.rtol)
+                run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
+                if not run.add(reply) or not all(t.passed for t in run.trials):
+                    return
+    except WorkerFailure as failure:
+        run.findings.append(failure.finding)
+        run.output_tail = failure.output_tail
+    if run.blocked and run.output_tail is None:
+        run.output_tail = worker.output_tail() or None
+
+
+def _result(run: Run, problem: Problem | None, candidate: Candidate | None, device: str, seed: int) -> Result:
+    findings = tuple(run.findings)
+    return Result(
+        verdict=decide_verdict(findings, run.trials), findings=findings, trials=tuple(run.trials),
+        problem=problem.to_json() if problem else {}, candidate=candidate.to_json() if candidate else {},
+        device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
+        build=run.build, timing=run.timing, stage_ms=run.stage_ms,
+        seed=seed if run.options.check.seed is not None else None, worker_output_tail=run.output_tail)

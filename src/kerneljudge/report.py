@@ -1,0 +1,120 @@
+"""Stage "report": rendering a Result for people (rich) and for agents (short plain text).
+
+Rendering never computes anything new: every number shown is on the Result. The agent form puts
+the actionable part first (blocking errors with compiler lines, then failing findings with their fix,
+then the correctness line and the speedup) and is cut to a size bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kerneljudge.records import Finding, Result
+
+SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
+SEVERITY_ORDER = {"fail": 0, "warn": 1, "info": 2}
+
+
+def correctness_line(result: Result) -> str:
+    """'correctness: (5 / 5) trials passed, max_abs_err=1.19e-07' as KernelBench users expect."""
+    trials = result.trials
+    if not trials:
+        return "correctness: not checked"
+    passed = sum(t.passed for t in trials)
+    errors = [t.max_abs_err for t in trials if t.max_abs_err is not None]
+    line = f"correctness: ({passed} / {len(trials)}) trials passed"
+    if errors:
+        worst = max(errors)
+        line += f", max_abs_err={_num(worst)}"
+        first = next(t for t in trials if t.atol is not None)
+        line += f" (against {first.compared_to} reference, atol={first.atol:g} rtol={first.rtol:g})"
+    return line
+
+
+def timing_line(result: Result) -> str | None:
+    timing = result.timing
+    if not timing or not timing.get("candidate"):
+        return None
+    stats = timing["candidate"]
+    line = (f"timing: {stats['median_ms']:.4g} ms median ({timing.get('method', '?')}, n={stats['n']}, "
+            f"±{100 * stats['sem_ms'] / stats['mean_ms']:.2g}% SEM)" if stats.get("mean_ms") else "timing: n/a")
+    for name, factor in (result.speedup or {}).items():
+        base = (timing.get("baselines") or {}).get(name) or {}
+        if factor is not None:
+            line += f"; {factor:.3g}x vs {name} ({base.get('median_ms', float('nan')):.4g} ms)"
+    floor = timing.get("floor") or {}
+    if floor.get("floor_ms"):
+        line += f"; memory floor {floor['floor_ms']:.4g} ms ({floor['percent_of_light']:.0f}% of speed of light)"
+    return line
+
+
+def ordered(findings) -> list[Finding]:
+    return sorted(findings, key=lambda f: (not f.blocking, SEVERITY_ORDER[f.severity]))
+
+
+def render(result: Result, console: Console) -> None:
+    """The human report."""
+    problem, candidate, device = result.problem, result.candidate, result.device
+    head = Text()
+    head.append("kerneljudge ", style="bold")
+    head.append(f"{problem.get('name', '?')}  ·  {candidate.get('path', '?').rsplit('/', 1)[-1]} "
+                f"({candidate.get('label', '?')})  ·  {device.get('type', '?')} {device.get('name', '')}".rstrip())
+    console.print(head)
+    verdict = Text("verdict: ")
+    verdict.append(result.verdict.upper(), style=VERDICT_STYLE[result.verdict])
+    verdict.append(f"   protocol: {result.protocol}")
+    console.print(verdict)
+    console.print(correctness_line(result))
+    if result.build:
+        build = result.build
+        what = {"hit": "cache hit", "miss": "compiled (cache miss)", "none": "nothing to compile"}[build.cache]
+        console.print(f"build: {what}, {build.build_ms / 1e3:.2f} s")
+    line = timing_line(result)
+    if line:
+        console.print(line)
+    if result.findings:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("severity")
+        table.add_column("code")
+        table.add_column("what happened, and the fix", overflow="fold")
+        for f in ordered(result.findings):
+            table.add_row(Text("error" if f.blocking else f.severity, style=SEVERITY_STYLE[f.severity]), f.code,
+                          Text(f.message) + Text(f"\nfix: {f.fix}", style="dim") if f.severity != "info" else f.message)
+        console.print(table)
+    if result.worker_output_tail and result.verdict == "error":
+        console.print("[dim]worker output (tail):[/dim]")
+        console.print(Text(result.worker_output_tail[-1500:], style="dim"))
+    if result.stage_ms:
+        console.print("[dim]stages: " + " · ".join(f"{k} {_ms(v)}" for k, v in result.stage_ms.items()) + "[/dim]")
+    if result.seed is not None:
+        console.print(f"[dim]seed: {result.seed}[/dim]")
+
+
+def brief(result: Result, max_chars: int = 2000) -> str:
+    """Plain text for agents: the verdict and what to do first, within max_chars."""
+    lines = [f"verdict: {result.verdict}"]
+    for f in ordered(result.findings):
+        if f.severity == "info":
+            continue
+        lines.append(f"[{'error' if f.blocking else f.severity}] {f.code}: {f.message}")
+        if f.severity == "fail":
+            lines.append(f"  fix: {f.fix}")
+    lines.append(correctness_line(result))
+    line = timing_line(result)
+    if line:
+        lines.append(line)
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[: max_chars - 14] + "\n[... clipped]"
+
+
+def _num(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.3g}"
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1e3:.2f} s" if value >= 1000 else f"{value:.0f} ms"

@@ -1,0 +1,128 @@
+"""Comparing a candidate's output with the reference's: structure first, then values against float64.
+
+Structure (None, type, count, shape, dtype, device) is checked before values, each with its own
+finding. Values: an element passes when |out - ref| <= atol + rtol * |ref| against the float64
+reference; if the reference at its own precision misses that bound itself (TF32 convolutions, long
+fp16 reductions), the candidate is held to the native reference instead and an info finding says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kerneljudge.options import DEFAULT_TOLERANCE
+from kerneljudge.records import Finding, Trial
+
+STAGE = "check"
+
+
+@dataclass
+class Comparison:
+    trial: Trial
+    findings: list[Finding] = field(default_factory=list)
+
+
+def tolerance(reference_out, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """atol/rtol from the reference output's dtype (DEFAULT_TOLERANCE) unless given."""
+    tensors = as_tensors(reference_out) or []
+    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
+    default = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
+    return (default if atol is None else atol), (default if rtol is None else rtol)
+
+
+def as_tensors(out) -> list | None:
+    """The output's tensors in order (a tensor, or a tuple/list of them), or None if it is neither."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    return None
+
+
+def structure_problem(cand_out, ref_out) -> Finding | None:
+    """The first structural difference between the outputs, as a finding; None if they line up."""
+    if cand_out is None:
+        return Finding.of("output-none", "forward returned None", stage=STAGE)
+    cand, ref = as_tensors(cand_out), as_tensors(ref_out)
+    if cand is None:
+        return Finding.of("output-type", f"forward returned {type(cand_out).__name__}, not a tensor", stage=STAGE)
+    if len(cand) != len(ref):
+        return Finding.of("output-shape", f"forward returned {len(cand)} tensors, the reference {len(ref)}",
+                          stage=STAGE)
+    for c, r in zip(cand, ref):
+        if type(c) is not torch.Tensor:
+            return Finding.of("output-type", f"output is a {type(c).__module__}.{type(c).__qualname__}, a subclass "
+                              "of torch.Tensor; a plain torch.Tensor is required", stage=STAGE)
+        if c.shape != r.shape:
+            return Finding.of("output-shape", f"output shape {tuple(c.shape)}, expected {tuple(r.shape)}",
+                              stage=STAGE, got=list(c.shape), expected=list(r.shape))
+        if c.dtype != r.dtype:
+            return Finding.of("output-dtype", f"output dtype {c.dtype}, expected {r.dtype}", stage=STAGE)
+        if c.device != r.device:
+            return Finding.of("output-device", f"output on {c.device}, expected {r.device}", stage=STAGE)
+        if c.numel() and (c.is_meta or c.untyped_storage().nbytes() == 0):
+            return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
+                              stage=STAGE)
+    return None
+
+
+def compare(index: int, cand_out, ref_out, ref64_out, atol: float, rtol: float) -> Comparison:
+    """Compare one trial's outputs; ref64_out may be None when the reference cannot run in float64."""
+    problem = structure_problem(cand_out, ref_out)
+    if problem is not None:
+        return Comparison(Trial(index, False, message=problem.message), [problem])
+    cands, refs = as_tensors(cand_out), as_tensors(ref_out)
+    truths = as_tensors(ref64_out) if ref64_out is not None else None
+    findings: list[Finding] = []
+    compared_to = "float64"
+    if truths is None:
+        truths, compared_to = [r.double() for r in refs], "native"
+    elif not all(_close(r, t, atol, rtol)[0] for r, t in zip(refs, truths)):
+        truths, compared_to = [r.double() for r in refs], "native"
+        findings.append(Finding.of("reference-imprecise", "the reference at its own precision misses the tolerance "
+                                   "against float64; the candidate is compared with the native reference", stage=STAGE))
+    worst = None
+    passed, mismatched, max_abs, sum_abs, count, max_rel = True, 0, 0.0, 0.0, 0, 0.0
+    for c, t in zip(cands, truths):
+        ok, bad, stats = _close(c, t, atol, rtol)
+        passed &= ok
+        mismatched += bad
+        if stats["max_abs"] >= max_abs:
+            max_abs, worst = stats["max_abs"], stats["worst"]
+        sum_abs += stats["sum_abs"]
+        count += stats["count"]
+        max_rel = max(max_rel, stats["max_rel"])
+        if stats["nonfinite"]:
+            findings.append(Finding.of("output-nonfinite", f"trial {index}: {stats['nonfinite']} output elements are "
+                                       "NaN or Inf where the reference is finite", stage=STAGE, trial=index))
+    trial = Trial(index, passed, max_abs, sum_abs / max(count, 1), max_rel, atol, rtol, compared_to, mismatched,
+                  worst, None if passed else f"{mismatched} elements beyond atol={atol:g}, rtol={rtol:g}; "
+                  f"max_abs_err={max_abs:.3g} at index {list(worst) if worst else '?'}")
+    if not passed and not any(f.code == "output-nonfinite" for f in findings):
+        findings.append(Finding.of("wrong-output", f"trial {index}: {trial.message}", stage=STAGE, trial=index,
+                                   max_abs_err=max_abs, mismatched=mismatched))
+    return Comparison(trial, findings)
+
+
+def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> tuple[bool, int, dict]:
+    """Elementwise tolerance check in float64 with NaN/Inf handled: where the truth is not finite,
+    the output must equal it (NaN where NaN)."""
+    o, t = out.detach().double(), truth.detach().double().to(out.device)
+    finite = torch.isfinite(t)
+    diff = (o - t).abs()
+    diff = torch.where(finite, diff, torch.zeros_like(diff))
+    bad_finite = finite & ~(diff <= atol + rtol * t.abs())  # NaN diff counts as bad
+    same_special = (o == t) | (torch.isnan(o) & torch.isnan(t))
+    bad = bad_finite | (~finite & ~same_special)
+    nonfinite = int((finite & ~torch.isfinite(o)).sum())
+    diff_finite = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
+    n = o.numel()
+    max_abs = float(diff_finite.max()) if n else 0.0
+    worst = tuple(int(i) for i in torch.unravel_index(diff_finite.argmax(), o.shape)) if n and o.dim() else ()
+    rel = diff_finite / t.abs().clamp_min(atol)
+    return (not bool(bad.any())), int(bad.sum()), {
+        "max_abs": max_abs, "sum_abs": float(diff_finite[torch.isfinite(diff_finite)].sum()) if n else 0.0,
+        "count": n, "max_rel": float(rel.max()) if n else 0.0, "worst": worst, "nonfinite": nonfinite,
+    }

@@ -1,0 +1,71 @@
+"""Integrity of the judge's own tools inside the worker: clocks and functions bound before candidate import.
+
+`Guard.bind()` runs first in the worker, before any candidate code is imported. It keeps references
+to the clocks and synchronisation functions the judge measures with, and a snapshot of the attributes
+a candidate could patch (time, torch, torch.cuda, the judge's own modules). `tampered()` lists what
+changed since, so a patched clock is a failing finding instead of a fake speedup.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+# (module name, dotted attribute) pairs whose identity must not change once bound.
+WATCHED = (
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "monotonic"), ("time", "monotonic_ns"),
+    ("time", "time"), ("time", "time_ns"), ("time", "sleep"),
+    ("torch", "allclose"), ("torch", "isclose"), ("torch", "equal"), ("torch", "abs"), ("torch", "isfinite"),
+    ("torch", "manual_seed"), ("torch", "inference_mode"), ("torch", "no_grad"),
+    ("torch", "Tensor.clone"), ("torch", "Tensor.copy_"), ("torch", "Tensor.__eq__"), ("torch", "Tensor.sub"),
+    ("torch", "Tensor.data_ptr"), ("torch", "Tensor.to"), ("torch", "Tensor.max"), ("torch", "Tensor.double"),
+    ("torch", "nn.Module.__call__"), ("torch", "nn.Module.load_state_dict"), ("torch", "nn.Module.state_dict"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "Event.record"),
+    ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"), ("torch.cuda", "current_stream"),
+    ("torch.cuda", "Stream.synchronize"), ("torch.cuda", "graphs.CUDAGraph.replay"),
+    ("torch.profiler", "profile"),
+)
+
+
+def _lookup(module_name: str, dotted: str):
+    obj = sys.modules.get(module_name)
+    for part in dotted.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, part, None)
+    return obj
+
+
+@dataclass
+class Guard:
+    """Bound clocks plus the snapshot of watched objects used to detect tampering."""
+
+    clock_ns: Callable[[], int]
+    wall_ms: Callable[[], float]
+    snapshot: dict[tuple[str, str], object] = field(default_factory=dict)
+
+    @classmethod
+    def bind(cls) -> "Guard":
+        perf_counter_ns = time.perf_counter_ns
+        guard = cls(clock_ns=perf_counter_ns, wall_ms=lambda: perf_counter_ns() / 1e6)
+        guard.refresh()
+        return guard
+
+    def refresh(self) -> None:
+        """Snapshot what is importable now (call again after torch is imported, before the candidate)."""
+        for module_name, dotted in WATCHED:
+            value = _lookup(module_name, dotted)
+            if value is not None:
+                self.snapshot.setdefault((module_name, dotted), value)
+        for name, module in list(sys.modules.items()):
+            if name.startswith("kerneljudge") and module is not None:
+                for attr, value in list(vars(module).items()):
+                    if callable(value) and not attr.startswith("__"):
+                        self.snapshot.setdefault((name, attr), value)
+
+    def tampered(self) -> list[str]:
+        """Watched names whose object changed since they were bound."""
+        return sorted(f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
+                      if _lookup(module, dotted) is not value)

@@ -1,0 +1,102 @@
+"""Dispatching the judge's requests to the worker's stages; each reply is plain data.
+
+Requests: build (import problem and candidate), check (construct and trials), probe, time. A reply
+always carries `findings` (dicts) and `poisoned`; stage data is under the stage's own key.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kerneljudge.records import Finding
+from kerneljudge.worker import build, check
+from kerneljudge.worker.guard import Guard
+from kerneljudge.worker.session import Session
+
+
+class Server:
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.session: Session | None = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return _reply([Finding.of("judge-error", f"the worker got an unknown request {op!r}", stage="worker")])
+        try:
+            reply = handler(request)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must come back as data, not kill the channel
+            detail = "".join(traceback.format_exception(exc)[-6:])
+            return _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}", stage=op)])
+        tampered = self.guard.tampered()
+        if tampered:
+            reply["findings"].append(Finding.of(
+                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=op, names=tampered).to_json())
+        return reply
+
+    def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Worker started: say which device and versions it sees."""
+        return _reply([], device=describe_device(torch.device(request["device"])), versions=versions())
+
+    def op_build(self, request: dict[str, Any]) -> dict[str, Any]:
+        device = torch.device(request["device"])
+        problem = request["problem"]
+        candidate = request["candidate"]
+        try:
+            problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
+        except Exception as exc:  # noqa: BLE001 - the problem's own code
+            from kerneljudge.worker.failures import classify
+
+            return _reply([classify(exc, stage="build", code="problem-error", what="importing the problem").finding])
+        module, info, failure = build.import_candidate(
+            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
+            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms)
+        if failure is not None:
+            return _reply([failure.finding], poisoned=failure.poisoned, build=info.to_json())
+        model_new, missing = build.find_model_new(module, "build")
+        if missing is not None:
+            return _reply([missing], build=info.to_json())
+        self.session = Session(self.guard, device, int(request["seed"]),
+                               build.Loaded(problem_module, module, model_new))
+        return _reply([], build=info.to_json())
+
+    def op_check(self, request: dict[str, Any]) -> dict[str, Any]:
+        outcome = check.run_check(self.session, trials=int(request["trials"]), atol=request.get("atol"),
+                                  rtol=request.get("rtol"), label=request.get("label", "trial"))
+        return _reply(outcome.findings, poisoned=outcome.poisoned, trials=[t.to_json() for t in outcome.trials])
+
+
+def describe_device(device: torch.device) -> dict[str, Any]:
+    import platform
+
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return {"type": "cuda", "name": props.name, "index": device.index or 0,
+                "capability": f"{props.major}.{props.minor}", "memory_gb": round(props.total_memory / 1e9, 1),
+                "multiprocessors": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None)}
+    return {"type": "cpu", "name": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import kerneljudge
+
+    found = {"kerneljudge": kerneljudge.__version__, "python": platform.python_version(), "torch": torch.__version__,
+             "cuda": str(torch.version.cuda)}
+    try:
+        import triton
+
+        found["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return found
+
+
+def _reply(findings: list[Finding], poisoned: bool = False, **data: Any) -> dict[str, Any]:
+    return {"findings": [f.to_json() for f in findings], "poisoned": poisoned, **data}
