@@ -9,6 +9,7 @@ the next one what it needs ends the run with the findings so far: the result is 
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import lint, suite
+from kerneljudge import cache, lint, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import WorkerFailure, WorkerProcess
@@ -38,7 +39,9 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)
     build: Build | None = None
     timing: dict[str, Any] | None = None
+    probe_info: dict[str, Any] = field(default_factory=dict)
     output_tail: str | None = None
+    shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
 
     @contextmanager
     def stage(self, name: str):
@@ -57,6 +60,17 @@ class Run:
     @property
     def blocked(self) -> bool:
         return any(f.blocking for f in self.findings)
+
+    @property
+    def strict(self) -> "Run":
+        """Where the strict protocol's findings go: this run, or under --protocol kernelbench its shadow."""
+        return self.shadow or self
+
+    @property
+    def failed(self) -> bool:
+        """Something already failed: timing a wrong candidate would mean nothing."""
+        return self.blocked or any(f.severity == "fail" for f in self.findings) or not all(
+            t.passed for t in self.trials)
 
 
 def resolve_device(requested: str) -> str:
@@ -133,21 +147,23 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
                 hello = worker.call("ping", device=device)
                 run.device, run.versions = hello["device"], hello["versions"]
             with run.stage("build"):
-                reply = worker.call("build", device=device, seed=seed, cache_dir=str(options.cache_dir),
-                                    arch=options.arch, problem={"path": str(problem.path), "source": problem.source,
-                                                                "constants": problem.constants},
-                                    candidate={"path": str(candidate.path), "sha256": candidate.sha256,
-                                               "kinds": list(candidate.kinds)})
-                run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])}) \
-                    if reply.get("build") else None
-                if not run.add(reply):
+                if not _build(run, worker, problem, candidate, device, seed):
                     return
             with run.stage("check"):
-                reply = worker.call("check", trials=options.check.trials, atol=options.check.atol,
-                                    rtol=options.check.rtol)
-                run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
-                if not run.add(reply) or not all(t.passed for t in run.trials):
+                if not _check(run, worker):
                     return
+            if options.probes:
+                with run.stage("probes"):
+                    reply = worker.call("probe", atol=options.check.atol, rtol=options.check.rtol)
+                    run.probe_info = reply.get("probe_info", {})
+                    if not run.strict.add(reply):
+                        return
+            if options.hidden_recheck:
+                with run.stage("hidden-recheck"):
+                    if not _hidden_recheck(run, worker):
+                        return
+            if options.timing.enabled and not run.failed:
+                _time(run, worker, problem)
     except WorkerFailure as failure:
         run.findings.append(failure.finding)
         run.output_tail = failure.output_tail
@@ -155,7 +171,99 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
         run.output_tail = worker.output_tail() or None
 
 
+def _build(run: Run, worker: WorkerProcess, problem: Problem, candidate: Candidate, device: str, seed: int) -> bool:
+    reply = worker.call("build", device=device, seed=seed, cache_dir=str(run.options.cache_dir), arch=run.options.arch,
+                        problem={"path": str(problem.path), "source": problem.source, "constants": problem.constants},
+                        candidate={"path": str(candidate.path), "sha256": candidate.sha256,
+                                   "kinds": list(candidate.kinds)})
+    if reply.get("build"):
+        run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
+    return run.add(reply)
+
+
+def _check(run: Run, worker: WorkerProcess) -> bool:
+    """Strict trials; under --protocol kernelbench, KernelBench's trials give the verdict and the strict
+    trials run too, so the report can say where the two disagree."""
+    check = run.options.check
+    if run.options.protocol == "kernelbench":
+        reply = worker.call("check", protocol="kernelbench", trials=check.trials, atol=check.atol, rtol=check.rtol)
+        run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
+        if not run.add(reply):
+            return False
+        run.shadow = Run(run.options, run.clock_ms)  # the strict run, kept apart from the verdict
+        strict = worker.call("check", trials=check.trials, atol=check.atol, rtol=check.rtol)
+        run.shadow.trials.extend(Trial.from_json(t) for t in strict.get("trials", []))
+        run.shadow.add(strict)
+        return not run.shadow.blocked
+    reply = worker.call("check", trials=check.trials, atol=check.atol, rtol=check.rtol)
+    run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
+    return run.add(reply) and all(t.passed for t in run.trials)
+
+
+def _hidden_recheck(run: Run, worker: WorkerProcess) -> bool:
+    """submit: more trials on inputs from seeds nobody sees; only the outcome is reported."""
+    check = run.options.check
+    reply = worker.call("check", trials=max(check.trials, 5), atol=check.atol, rtol=check.rtol,
+                        label=f"hidden:{secrets.token_hex(16)}")
+    trials = [Trial.from_json(t) for t in reply.get("trials", [])]
+    hidden = [Finding.from_json(f) for f in reply.get("findings", [])]
+    passed = sum(t.passed for t in trials)
+    failing = sorted({f.code for f in hidden if f.severity == "fail"})
+    ok = bool(trials) and passed == len(trials) and not failing
+    code = "hidden-recheck" if ok else (failing[0] if failing else "wrong-output")
+    message = (f"hidden re-check: ({passed} / {len(trials)}) trials passed" if ok else
+               f"hidden re-check failed: ({passed} / {len(trials)}) trials passed; details are withheld")
+    run.findings.append(Finding.of(code, message, stage="hidden-recheck"))
+    return ok
+
+
+def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
+    """Timing, with the baselines and the bandwidth taken from the cache when they were measured before."""
+    opts = dataclasses.asdict(run.options.timing)
+    device_key = cache.key(run.device, run.versions)
+    baseline_key = cache.key(problem.sha256, problem.constants, device_key,
+                             {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
+                                                   "target_rel_sem", "input_sets", "cuda_graph", "warmup_runs")})
+    cached = cache.load(run.options.cache_dir, "baselines", baseline_key) or {}
+    wanted = [n for n, on in (("eager", opts["baselines"]), ("compile", opts["baselines"] and opts["compile_baseline"]))
+              if on and n not in cached]
+    bandwidth = cache.load(run.options.cache_dir, "bandwidth", device_key) or {}
+    with run.stage("timing"):
+        reply = worker.call("time", timing=opts, baselines=wanted, bandwidth_gbps=bandwidth.get("gbps"))
+    run.strict.add(reply)
+    block = reply["timing"]
+    worker_ms = block.pop("stage_ms")
+    run.stage_ms["baselines"] = round(worker_ms["baselines"], 3)
+    run.stage_ms["timing"] = round(run.stage_ms["timing"] - worker_ms["baselines"], 3)
+    fresh = {k: v for k, v in block["baselines"].items() if v is not None}
+    if fresh:
+        cache.save(run.options.cache_dir, "baselines", baseline_key, {**cached, **fresh})
+    if not bandwidth:
+        cache.save(run.options.cache_dir, "bandwidth", device_key, {"gbps": block["floor"]["bandwidth_gbps"]})
+    block["baselines"] = {**{k: v for k, v in cached.items() if opts["baselines"]}, **block["baselines"]}
+    block["baselines_cached"] = sorted(k for k in cached if k in block["baselines"])
+    median = block["candidate"]["median_ms"]
+    block["speedup"] = {name: round(stats["median_ms"] / median, 4)
+                        for name, stats in block["baselines"].items() if stats and median}
+    run.timing = block
+
+
+def _protocol_difference(run: Run) -> None:
+    """Under --protocol kernelbench: say where KernelBench's verdict and the strict one differ, and why."""
+    kernelbench = decide_verdict(run.findings, run.trials)
+    strict = decide_verdict(run.findings + run.shadow.findings, run.shadow.trials)
+    if kernelbench != strict:
+        caught = [f for f in run.shadow.findings if f.severity == "fail"]
+        why = "; ".join(f"{f.code}: {f.message}" for f in caught[:4]) or "see the strict trials"
+        run.findings.append(Finding.of(
+            "protocol-difference", f"KernelBench's protocol gives {kernelbench}, the strict protocol {strict}: {why}",
+            stage="check", kernelbench_verdict=kernelbench, strict_verdict=strict,
+            strict_findings=[f.to_json() for f in run.shadow.findings]))
+
+
 def _result(run: Run, problem: Problem | None, candidate: Candidate | None, device: str, seed: int) -> Result:
+    if run.shadow is not None:
+        _protocol_difference(run)
     findings = tuple(run.findings)
     return Result(
         verdict=decide_verdict(findings, run.trials), findings=findings, trials=tuple(run.trials),

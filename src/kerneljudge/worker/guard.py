@@ -8,6 +8,7 @@ changed since, so a patched clock is a failing finding instead of a fake speedup
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -68,4 +69,17 @@ class Guard:
     def tampered(self) -> list[str]:
         """Watched names whose object changed since they were bound."""
         return sorted(f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
-                      if _lookup(module, dotted) is not value)
+                      if not _same(_lookup(module, dotted), value))
+
+
+def _same(current, bound) -> bool:
+    """`current` is the bound object, or torch's own wrapper of it (importing torch._dynamo wraps
+    torch.manual_seed and a few others with functools.wraps, keeping the original as __wrapped__)."""
+    for _ in range(4):
+        if current is bound:
+            return True
+        wrapper_file = getattr(getattr(current, "__code__", None), "co_filename", "")
+        if f"{os.sep}torch{os.sep}" not in wrapper_file:  # functools.wraps copies __module__, not the code
+            return False
+        current = getattr(current, "__wrapped__", None)
+    return False

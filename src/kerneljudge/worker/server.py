@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from kerneljudge.records import Finding
-from kerneljudge.worker import build, check
+from kerneljudge.worker import build, check, kernelbench, probes, timing_stage
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
 
@@ -22,6 +22,7 @@ class Server:
     def __init__(self, guard: Guard):
         self.guard = guard
         self.session: Session | None = None
+        self.reported_tampering: set[str] = set()
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -33,7 +34,8 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - a bug of ours must come back as data, not kill the channel
             detail = "".join(traceback.format_exception(exc)[-6:])
             return _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}", stage=op)])
-        tampered = self.guard.tampered()
+        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
+        self.reported_tampering.update(tampered)
         if tampered:
             reply["findings"].append(Finding.of(
                 "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=op, names=tampered).to_json())
@@ -66,9 +68,23 @@ class Server:
         return _reply([], build=info.to_json())
 
     def op_check(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("protocol") == "kernelbench":
+            outcome = kernelbench.run_kernelbench_check(self.session, trials=int(request["trials"]),
+                                                        atol=request.get("atol"), rtol=request.get("rtol"))
+            return _reply(outcome.findings, poisoned=outcome.poisoned,
+                          trials=[t.to_json() for t in outcome.trials])
         outcome = check.run_check(self.session, trials=int(request["trials"]), atol=request.get("atol"),
                                   rtol=request.get("rtol"), label=request.get("label", "trial"))
         return _reply(outcome.findings, poisoned=outcome.poisoned, trials=[t.to_json() for t in outcome.trials])
+
+    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        block, found = timing_stage.run_timing(self.session, request["timing"], baselines=request["baselines"],
+                                               bandwidth_gbps=request.get("bandwidth_gbps"))
+        return _reply(found, timing=block)
+
+    def op_probe(self, request: dict[str, Any]) -> dict[str, Any]:
+        found, info, poisoned = probes.run_probes(self.session, atol=request.get("atol"), rtol=request.get("rtol"))
+        return _reply(found, poisoned=poisoned, probe_info=info)
 
 
 def describe_device(device: torch.device) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""The judge's cache folder: builds, Triton's cache, timed baselines and measured bandwidths.
+
+One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/.cache/kerneljudge):
+
+    builds/<key>/      compiled extensions, one folder per content key (see worker/build.py)
+    triton/            Triton's own kernel cache
+    baselines/<key>.json  reference eager/compile timings per problem, sizes, device, versions, stop rule
+    bandwidth/<key>.json  measured copy bandwidth per device and versions
+
+JSON entries are written atomically (temp file + rename), so a crash never leaves half an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("builds", "triton", "baselines", "bandwidth")
+
+
+def key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def load(cache_dir: Path, section: str, entry: str) -> dict[str, Any] | None:
+    path = cache_dir / section / f"{entry}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save(cache_dir: Path, section: str, entry: str, data: dict[str, Any]) -> None:
+    folder = cache_dir / section
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(handle, "w") as out:
+        json.dump(data, out)
+    os.replace(temp, folder / f"{entry}.json")
+
+
+def info(cache_dir: Path) -> dict[str, Any]:
+    """Entries and bytes per section."""
+    sections = {}
+    for section in SECTIONS:
+        folder = cache_dir / section
+        files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+        entries = len([p for p in folder.iterdir()]) if folder.is_dir() else 0
+        sections[section] = {"entries": entries, "bytes": sum(p.stat().st_size for p in files)}
+    return {"path": str(cache_dir), "sections": sections}
+
+
+def clear(cache_dir: Path, section: str | None = None) -> list[str]:
+    """Remove one section (or all); returns what was removed."""
+    removed = []
+    for name in ([section] if section else SECTIONS):
+        folder = cache_dir / name
+        if folder.is_dir():
+            shutil.rmtree(folder)
+            removed.append(name)
+    return removed
