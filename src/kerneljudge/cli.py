@@ -182,3 +182,65 @@ def explain_command(code: str | None) -> None:
     if entry.catalog_row:
         click.echo(f"guards against: integrity catalog row {entry.catalog_row}")
     click.echo(f"fix: {entry.fix}")
+
+
+@main.command("build")
+@click.argument("solutions", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--jobs", "-j", default=2, show_default=True, help="Builds at once.")
+@click.option("--arch", default=None, help="CUDA arch list, e.g. 9.0 (needed when no GPU is visible).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda (what the builds target).")
+@click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s, show_default=True)
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def build_command(solutions: tuple[Path, ...], jobs: int, arch: str | None, device: str, timeout_s: float,
+                  cache_dir: Path | None, as_json: bool) -> None:
+    """Compile SOLUTION(s) into the build cache, in parallel worker processes (no GPU needed)."""
+    from kerneljudge.builder import build_all
+    from kerneljudge.pipeline import resolve_device
+
+    options = Options().replace(arch=arch, worker={"timeout_s": timeout_s},
+                                cache_dir=cache_dir or default_cache_dir())
+    outcomes = build_all(list(solutions), options, resolve_device(device), jobs)
+    if as_json:
+        click.echo(json.dumps([o.to_json() for o in outcomes], indent=2))
+    else:
+        console = Console()
+        for o in outcomes:
+            if o.ok:
+                what = {"hit": "cache hit", "miss": "built", "none": "nothing to compile"}[o.build.cache]
+                console.print(f"[green]ok[/green]    {o.path.name}: {what} in {o.build.build_ms / 1e3:.2f} s")
+            else:
+                console.print(f"[red]error[/red] {o.path.name}: " + "; ".join(f.message for f in o.findings))
+    sys.exit(0 if all(o.ok for o in outcomes) else 2)
+
+
+@main.group("cache")
+def cache_group() -> None:
+    """The build/baseline cache folder ($KERNELJUDGE_CACHE_DIR, default ~/.cache/kerneljudge)."""
+
+
+@cache_group.command("info")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def cache_info(cache_dir: Path | None, as_json: bool) -> None:
+    """Where the cache is and what it holds."""
+    from kerneljudge import cache
+
+    data = cache.info(cache_dir or default_cache_dir())
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"cache: {data['path']}")
+    for name, section in data["sections"].items():
+        click.echo(f"  {name:10} {section['entries']:5} entries  {section['bytes'] / 2**20:8.1f} MiB")
+
+
+@cache_group.command("clear")
+@click.argument("section", required=False, type=click.Choice(["builds", "triton", "baselines", "bandwidth"]))
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
+def cache_clear(section: str | None, cache_dir: Path | None) -> None:
+    """Remove the cache (or one SECTION of it)."""
+    from kerneljudge import cache
+
+    removed = cache.clear(cache_dir or default_cache_dir(), section)
+    click.echo(f"removed: {', '.join(removed) or 'nothing'}")

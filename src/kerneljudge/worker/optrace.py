@@ -174,15 +174,32 @@ def _profile(session: Session, model, args: list) -> tuple[dict[str, float], lis
     return times, kernels
 
 
-def kernel_streams(call) -> set[int]:
-    """The CUDA stream ids on which the kernels of `call()` ran (from the profiler's device records)."""
+@dataclass(frozen=True)
+class KernelRecord:
+    name: str
+    stream: int
+    start_ns: int
+    end_ns: int
+
+
+MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel, launched on the caller's stream after the call
+
+
+def stream_records(call) -> tuple[list[KernelRecord], KernelRecord | None]:
+    """The GPU kernels of `call()` with their streams and times, and a marker kernel launched on the
+    caller's stream right after `call()` returns (the point where the caller's stream has the call's work)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         call()
+        torch.cuda._sleep(1000)
         torch.cuda.synchronize()
-    streams = set()
+    records = []
     for event in prof.profiler.kineto_results.events():
-        if str(event.device_type()).endswith("CUDA") and event.name() not in ("Memcpy", "Memset"):
-            streams.add(int(event.device_resource_id()))
-    return streams
+        if str(event.device_type()).endswith("CUDA") and not event.name().startswith(("Memcpy", "Memset")):
+            start = int(event.start_ns())
+            records.append(KernelRecord(event.name(), int(event.device_resource_id()), start,
+                                        start + int(event.duration_ns())))
+    markers = [r for r in records if MARKER_KERNEL in r.name]
+    marker = markers[-1] if markers else None
+    return [r for r in records if r is not marker], marker

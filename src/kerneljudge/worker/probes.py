@@ -252,18 +252,23 @@ def probe_threads(ctx: ProbeContext) -> list[Finding]:
 
 
 def probe_streams(ctx: ProbeContext) -> list[Finding]:
-    """Row 7: kernels must run on the caller's stream (the streams the reference uses), and the output
-    must be complete when the caller's stream is."""
+    """Row 7: the call's work must be ordered on the caller's stream. Kernels on another stream must
+    finish before the caller's stream moves past the call (a marker kernel launched right after the
+    call returns); and the output, read in stream order at once, must equal the synchronised output."""
     s = ctx.session
     args = ctx.inputs("streams")
     findings = []
-    reference_streams = optrace.kernel_streams(lambda: s.run(s.reference, clone_args(args)))
-    candidate_streams = optrace.kernel_streams(lambda: s.run(s.candidate, clone_args(args)))
-    ctx.info["streams"] = {"reference": sorted(reference_streams), "candidate": sorted(candidate_streams)}
-    foreign = set(candidate_streams) - set(reference_streams) if reference_streams else set()
-    if foreign:
-        findings.append(Finding.of("side-stream", f"kernels ran on stream(s) {sorted(foreign)}, not the caller's "
-                                   f"{sorted(reference_streams)}", stage=STAGE))
+    records, marker = optrace.stream_records(lambda: s.run(s.candidate, clone_args(args)))
+    if marker is not None:
+        foreign = [r for r in records if r.stream != marker.stream]
+        unjoined = [r for r in foreign if r.end_ns > marker.start_ns]
+        ctx.info["streams"] = {"caller": marker.stream, "other_streams": sorted({r.stream for r in foreign}),
+                               "unjoined_kernels": [r.name[:80] for r in unjoined[:5]]}
+        if unjoined:
+            findings.append(Finding.of("side-stream", f"{len(unjoined)} kernel(s) on stream(s) "
+                                       f"{sorted({r.stream for r in unjoined})} were still running after the call "
+                                       f"returned (caller's stream {marker.stream}): {unjoined[0].name[:80]}",
+                                       stage=STAGE))
     torch.cuda.synchronize(s.device)
     out = s.run(s.candidate, clone_args(args))  # no synchronisation: read it in stream order at once
     seen = [t.clone() for t in (compare.as_tensors(out) or [])]

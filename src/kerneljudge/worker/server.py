@@ -45,6 +45,15 @@ class Server:
         """Worker started: say which device and versions it sees."""
         return _reply([], device=describe_device(torch.device(request["device"])), versions=versions())
 
+    def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
+        candidate = request["candidate"]
+        _, info, failure = build.import_candidate(
+            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
+            device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms)
+        return _reply([failure.finding] if failure else [], poisoned=bool(failure and failure.poisoned),
+                      build=info.to_json())
+
     def op_build(self, request: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(request["device"])
         problem = request["problem"]

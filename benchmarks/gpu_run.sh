@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One device call: GPU checks and benchmarks of kerneljudge (see docs/benchmarks.md).
+# Usage on the GPU machine: bash benchmarks/gpu_run.sh   (writes logs and JSON to $OUT)
+set -u
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export KERNELJUDGE_CACHE_DIR=/tmp/kj-cache KERNELJUDGE_STORE=/tmp/kj-store.sqlite
+OUT=${OUT:-/tmp/kj-out}; mkdir -p "$OUT"
+kj() { python -m kerneljudge "$@"; }
+step() { echo; echo "=== $* ($(date +%T))"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for part in ${PARTS:-build timer seed judge exploits cost}; do case $part in
+build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
+  kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
+     benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
+timer) step "timer check"; timeout 300 python benchmarks/timer_check.py ;;
+seed) step "seed table"; timeout 400 python benchmarks/seed_table.py ;;
+judge) step "strict judge, full size, each shipped solution and the seed kernels"
+  kj eval l2/51 @cuda @triton @pytorch benchmarks/seed/seed_cached.py benchmarks/seed/seed_percall.py \
+     --json > "$OUT/judge_l2_51.json"
+  python - "$OUT/judge_l2_51.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    t = r.get("timing") or {}
+    print(f"{r['candidate']['path'].rsplit('/',1)[-1]:18} {r['verdict']:5} median_ms={(t.get('candidate') or {}).get('median_ms')} "
+          f"speedup={t.get('speedup')} light%={(t.get('floor') or {}).get('percent_of_light')} "
+          f"codes={[f['code'] for f in r['findings']]} stage_ms={r['stage_ms']}")
+PY
+  ;;
+exploits) step "exploits and crash containment on the GPU (small sizes)"
+  kj eval l2/51 tests/candidates/gpu/illegal_address.py @cuda tests/candidates/gpu/side_stream.py \
+     tests/candidates/gpu/side_stream_joined.py tests/candidates/gpu/unwritten.py --preset small --no-baselines \
+     --json > "$OUT/exploits.json"
+  python - "$OUT/exploits.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(f"{r['candidate']['path'].rsplit('/',1)[-1]:24} {r['verdict']:5} "
+          f"{[(f['code'], f['message'][:100]) for f in r['findings'] if f['severity'] != 'info']} probe streams: "
+          f"{[f.get('details') for f in r['findings'] if f['code']=='side-stream']}")
+PY
+  ;;
+cost) step "judge cost: strict eval of the built CUDA solution at full size, warm caches (wall time)"
+  TIMEFORMAT="wall %R s"
+  for i in 1 2; do time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/cost_$i.json"; done
+  python -c "import json; r=json.load(open('$OUT/cost_2.json')); print(r['verdict'], r['stage_ms'], r['build'])" ;;
+esac; done

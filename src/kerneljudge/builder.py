@@ -1,0 +1,57 @@
+"""`kerneljudge build`: compile candidates ahead of evaluation, in parallel worker processes.
+
+Each candidate is imported in its own worker under the content-keyed build cache (worker/build.py),
+so a later `eval` of the same source on the same torch/CUDA/architecture is a cache hit. No GPU is
+needed where the toolchain is: give --arch (e.g. 9.0) when no GPU is visible.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kerneljudge.candidate import load_candidate
+from kerneljudge.errors import CandidateError
+from kerneljudge.isolation import WorkerFailure, WorkerProcess
+from kerneljudge.options import Options
+from kerneljudge.records import Build, Finding
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    path: Path
+    build: Build | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.blocking for f in self.findings)
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "ok": self.ok, "build": self.build.to_json() if self.build else None,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
+    try:
+        candidate = load_candidate(path)
+    except CandidateError as exc:
+        return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
+    env = {"TRITON_INTERPRET": "1"} if device == "cpu" and "triton" in candidate.kinds else {}
+    try:
+        with WorkerProcess(options.worker, device_type=device.split(":")[0], env=env) as worker:
+            reply = worker.call("compile", device=device, cache_dir=str(options.cache_dir), arch=options.arch,
+                                candidate={"path": str(candidate.path), "sha256": candidate.sha256,
+                                           "kinds": list(candidate.kinds)})
+    except WorkerFailure as failure:
+        return BuildOutcome(candidate.path, None, (failure.finding,))
+    info = reply["build"]
+    return BuildOutcome(candidate.path, Build(**{**info, "extensions": tuple(info["extensions"])}),
+                        tuple(Finding.from_json(f) for f in reply["findings"]))
+
+
+def build_all(paths: list[Path], options: Options, device: str, jobs: int) -> list[BuildOutcome]:
+    """Build every path, `jobs` at a time; results in the order given."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda p: build_one(p, options, device), paths))

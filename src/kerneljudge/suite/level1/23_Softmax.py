@@ -1,0 +1,43 @@
+"""KernelBench-style level 1, problem 23: softmax over the last dimension of a 2D tensor.
+
+Full size: 4096 x 8192 fp32 (128 MiB read + 128 MiB written); a row-wise reduction
+followed by an elementwise pass.
+"""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """
+    Simple model that performs a Softmax activation.
+    """
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """
+        Applies Softmax activation to the input tensor.
+
+        Args:
+            x (torch.Tensor): Input tensor of shape (batch_size, num_features).
+
+        Returns:
+            torch.Tensor: Output tensor with Softmax applied, same shape as input.
+        """
+        return torch.softmax(x, dim=1)
+
+
+batch_size = 4096
+dim = 8192
+
+PRESETS = {"small": {"batch_size": 16, "dim": 512}}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []  # No special initialization inputs needed
