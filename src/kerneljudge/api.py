@@ -17,28 +17,28 @@ from kerneljudge.records import Result
 
 def evaluate(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
              **changes) -> Result:
-    """Judge `solution` against `problem`. Keyword changes adjust the options (`trials=3` is not valid:
-    use nested dicts, e.g. `check={"trials": 3}`, or flat `device="cpu"`)."""
-    options = (options or Options()).replace(**changes) if changes else (options or Options())
-    return _evaluate(problem, solution, options)
+    """Judge `solution` against `problem`. Keyword changes adjust the options: top-level fields as is
+    (`device="cpu"`), nested groups as dicts (`check={"trials": 3}`, `timing={"enabled": False}`)."""
+    options = (options or Options()).replace(**changes)
+    return _evaluate(problem, solution, options, verb="evaluate")
 
 
 def check(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
           **changes) -> Result:
     """Correctness and integrity only."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(timing={"enabled": False}))
+    return _evaluate(problem, solution, options.replace(timing={"enabled": False}), verb="check")
 
 
 def bench(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
           **changes) -> Result:
     """Timing (after a short correctness check: a time of a wrong kernel means nothing)."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(timing={"enabled": True}))
+    return _evaluate(problem, solution, options.replace(timing={"enabled": True}), verb="bench")
 
 
 def submit(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
            **changes) -> Result:
     """The full strict evaluation plus a hidden re-check; the verdict is recorded."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(hidden_recheck=True, protocol="strict"))
+    return _evaluate(problem, solution, options.replace(hidden_recheck=True, protocol="strict"), verb="submit")

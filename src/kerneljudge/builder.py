@@ -38,9 +38,11 @@ def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
         candidate = load_candidate(path)
     except CandidateError as exc:
         return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
-    env = {"TRITON_INTERPRET": "1"} if device == "cpu" and "triton" in candidate.kinds else {}
     try:
-        with WorkerProcess(options.worker, device_type=device.split(":")[0], env=env) as worker:
+        with WorkerProcess(options.worker) as worker:
+            hello = worker.call("ping", device=device, memory_limit_mb=None)
+            if hello.get("error"):
+                return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["error"], stage="build"),))
             reply = worker.call("compile", device=device, cache_dir=str(options.cache_dir), arch=options.arch,
                                 candidate={"path": str(candidate.path), "sha256": candidate.sha256,
                                            "kinds": list(candidate.kinds)})

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from kerneljudge import findings as catalog
 from kerneljudge import report, suite
+from kerneljudge.cli_agents import history_command, mcp_command, show_command
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir
 from kerneljudge.records import Result, jsonsafe
@@ -135,6 +136,29 @@ def eval_command(problem: str, solutions: tuple[str, ...], as_json: bool, no_tim
 def check_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
     """Correctness and integrity only (no timing): the agents' run_correctness."""
     run_verb("check", problem, solutions, build_options(kw, timing=False), as_json)
+
+
+@main.command("bench")
+@click.argument("problem")
+@click.argument("solutions", nargs=-1)
+@evaluation_options
+def bench_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+    """Timing against the baselines, after the checks that make a time meaningful: the agents' benchmark."""
+    run_verb("bench", problem, solutions, build_options(kw), as_json)
+
+
+@main.command("submit")
+@click.argument("problem")
+@click.argument("solutions", nargs=-1)
+@evaluation_options
+def submit_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+    """The full strict evaluation plus a hidden re-check with secret seeds; the verdict is recorded."""
+    run_verb("submit", problem, solutions, build_options(kw), as_json)
+
+
+main.add_command(history_command)
+main.add_command(show_command)
+main.add_command(mcp_command)
 
 
 @main.command("problems")

@@ -2,15 +2,14 @@
 
 A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
 `python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
-with stdout and stderr captured to a file whose tail is attached to error results, an address-space
-limit on CPU runs, and one deadline for its whole life. Whatever happens, `call` returns the reply
+with stdout and stderr captured to a file whose tail is attached to error results and one deadline
+for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
 or raises WorkerFailure carrying a finding that names what happened.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -37,20 +36,11 @@ class WorkerFailure(Exception):
         self.output_tail = output_tail
 
 
-def default_memory_limit_mb() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().total * 0.75 / 2**20)
-
-
 class WorkerProcess:
     """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
 
-    def __init__(self, options: WorkerOptions, *, device_type: str, env: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic):
         self.options = options
-        self.device_type = device_type
-        self.extra_env = env or {}
         self.clock = clock
         self.process: subprocess.Popen | None = None
         self.dead = False
@@ -71,23 +61,15 @@ class WorkerProcess:
         package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
-        env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
-                pass_fds=(to_worker_r, from_worker_w), start_new_session=True, preexec_fn=self._limits())
+                pass_fds=(to_worker_r, from_worker_w), start_new_session=True)
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
         self.deadline = self.clock() + self.options.timeout_s
-
-    def _limits(self) -> Callable[[], None] | None:
-        """An address-space limit for CPU runs (CUDA maps far more virtual memory than it uses)."""
-        if self.device_type != "cpu":
-            return None
-        limit = (self.options.memory_limit_mb or default_memory_limit_mb()) * 2**20
-        return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     def call(self, op: str, **payload: Any) -> dict[str, Any]:
         """Send one request; raise WorkerFailure if the worker cannot answer."""

@@ -10,7 +10,10 @@ the next one what it needs ends the run with the findings so far: the result is 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import secrets
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,20 +77,18 @@ class Run:
 
 
 def resolve_device(requested: str) -> str:
-    """"auto" is cuda when a GPU is visible, else cpu; anything else must be a valid torch device."""
-    import torch
+    """"auto" is cuda when an NVIDIA GPU is visible, else cpu; "cpu", "cuda" and "cuda:N" as given.
 
+    The judge does not import torch (it starts faster and runs no CUDA): the GPU is seen through the
+    driver's files, and the worker confirms the device with torch before anything runs there."""
+    requested = requested.strip().lower()
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(requested)
-    except (RuntimeError, ValueError) as exc:
-        raise UsageError(f"--device {requested!r} is not a device (use auto, cpu, cuda or cuda:N)") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {requested}: no CUDA GPU is visible on this machine (use --device cpu)")
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {requested}: only cpu and cuda devices are supported")
-    return str(device)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        has_gpu = any(Path("/proc/driver/nvidia/gpus").glob("*")) or Path("/dev/nvidia0").exists()
+        return "cuda" if has_gpu and visible not in ("", "-1") else "cpu"
+    if requested == "cpu" or re.fullmatch(r"cuda(:\d+)?", requested):
+        return requested
+    raise UsageError(f"--device {requested!r} is not a device: use auto, cpu, cuda or cuda:N")
 
 
 def resolve_solution(solution: str | Path | None, problem: Problem, device_type: str) -> Path:
@@ -109,8 +110,11 @@ def resolve_solution(solution: str | Path | None, problem: Problem, device_type:
 
 
 def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
-             clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
-    """Judge one candidate against one problem; never raises for bad candidate or problem files."""
+             verb: str = "evaluate", clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
+    """Judge one candidate against one problem, and record the result (options.store_path).
+
+    Never raises for bad candidate or problem files (they become findings); raises UsageError for
+    options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
     options = options or Options()
     run = Run(options, clock_ms)
     device = resolve_device(options.device)
@@ -134,17 +138,34 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
         _judge_in_worker(run, problem, candidate, device, seed)
-    return _result(run, problem, candidate, device, seed)
+    result = _result(run, problem, candidate, device, seed)
+    if options.store_path is not None:
+        _record(result, options, verb, candidate, solution)
+    return result
+
+
+def _record(result: Result, options: Options, verb: str, candidate: Candidate | None, solution) -> None:
+    """Stage "record": one complete row in the results store (a failure to record is reported, not fatal)."""
+    from kerneljudge.errors import StoreError
+    from kerneljudge.store import Store
+
+    source = candidate.source if candidate else ""
+    try:
+        Store(options.store_path).record(result, verb=verb, source=source, options=options.to_json(),
+                                         candidate_path=None if candidate else str(solution))
+    except StoreError as exc:
+        print(f"kerneljudge: warning: the result was not recorded: {exc}", file=sys.stderr)
 
 
 def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int) -> None:
     options = run.options
-    env = {"TRITON_INTERPRET": "1"} if device == "cpu" and "triton" in candidate.kinds else {}
-    worker = WorkerProcess(options.worker, device_type=device.split(":")[0], env=env)
+    worker = WorkerProcess(options.worker)
     try:
         with worker:
             with run.stage("worker"):
-                hello = worker.call("ping", device=device)
+                hello = worker.call("ping", device=device, memory_limit_mb=options.worker.memory_limit_mb)
+                if hello.get("error"):
+                    raise UsageError(hello["error"])
                 run.device, run.versions = hello["device"], hello["versions"]
             with run.stage("build"):
                 if not _build(run, worker, problem, candidate, device, seed):

@@ -368,6 +368,11 @@ class CudaEventTimer:
     candidates should cross-check with a :class:`HostTimer` using a
     device-wide sync.
 
+    ``hold`` (optional) enqueues device work after the flush and before ``start``
+    (a spin kernel, as NVBench's blocking kernel): while the device runs it, the
+    host enqueues ``fn``'s work, so the interval holds the call's device time and
+    not the host's launch overhead, which callers then report separately.
+
     ``event_factory`` makes one event (``torch.cuda.Event(enable_timing=True)``
     on a GPU, a fake in tests); two are created once and reused, which is safe
     because we synchronise on ``end`` before re-recording.  ``calls_per_fn``
@@ -380,6 +385,7 @@ class CudaEventTimer:
         flush: Callable[[], None] | None = None,
         *,
         calls_per_fn: int = 1,
+        hold: Callable[[], None] | None = None,
     ) -> None:
         _check_number("calls_per_fn", calls_per_fn, integer=True)
         if calls_per_fn < 1:
@@ -387,11 +393,14 @@ class CudaEventTimer:
         self._start = event_factory()
         self._end = event_factory()
         self._flush = flush
+        self._hold = hold
         self._calls_per_fn = calls_per_fn
 
     def time_call(self, fn: Callable[[], object]) -> float:
         if self._flush is not None:
             self._flush()
+        if self._hold is not None:
+            self._hold()
         self._start.record()
         fn()
         self._end.record()
@@ -399,7 +408,8 @@ class CudaEventTimer:
         return float(self._start.elapsed_time(self._end)) / self._calls_per_fn
 
 
-def cuda_event_timer(device: Any = None, flush: Callable[[], None] | None = None) -> CudaEventTimer:
+def cuda_event_timer(device: Any = None, flush: Callable[[], None] | None = None,
+                     hold: Callable[[], None] | None = None) -> CudaEventTimer:
     """:class:`CudaEventTimer` wired to ``torch.cuda.Event(enable_timing=True)``.
 
     Events record on the current stream of the *current* device, so ``device``
@@ -409,7 +419,7 @@ def cuda_event_timer(device: Any = None, flush: Callable[[], None] | None = None
     import torch
 
     _require_current_cuda_device(torch, device)
-    return CudaEventTimer(lambda: torch.cuda.Event(enable_timing=True), flush)
+    return CudaEventTimer(lambda: torch.cuda.Event(enable_timing=True), flush, hold=hold)
 
 
 def _require_current_cuda_device(torch: Any, device: Any) -> None:

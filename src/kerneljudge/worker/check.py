@@ -39,12 +39,14 @@ def construct(session: Session) -> Classified | Finding | None:
     try:
         init_inputs = session.init_inputs()
         torch.manual_seed(init_seed)
-        reference = problem.Model(*copy.deepcopy(init_inputs))
+        with torch.device(session.device):  # parameters are initialised where they will live
+            reference = problem.Model(*copy.deepcopy(init_inputs))
     except Exception as exc:  # noqa: BLE001 - the problem's own code
         return classify(exc, stage=STAGE, code="problem-error", what="Model(*get_init_inputs())")
     try:
         torch.manual_seed(init_seed)
-        candidate = session.loaded.model_new(*copy.deepcopy(init_inputs))
+        with torch.device(session.device):
+            candidate = session.loaded.model_new(*copy.deepcopy(init_inputs))
     except BaseException as exc:  # noqa: BLE001 - candidate code
         return classify(exc, stage=STAGE, code="constructor-error", what="ModelNew(*get_init_inputs())",
                         source_file=path)
@@ -85,15 +87,15 @@ def load_reference_state(reference: torch.nn.Module, candidate) -> Finding | Non
     return None
 
 
-def poison_free_memory(device: torch.device, nbytes: int) -> None:
-    """Fill a block of the CUDA caching allocator with NaN bytes and free it, so an output the candidate
-    allocates but never writes reads NaN (not zeros, and never an earlier result). CPU memory is
-    returned to the system, so there is nothing to poison."""
-    if device.type != "cuda" or nbytes <= 0:
-        return
-    block = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    block.fill_(POISON_BYTE)
-    del block
+def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
+    """Fill blocks of the allocator with NaN bytes and free them, so an output the candidate allocates but
+    never writes reads NaN (not zeros, and never an earlier result). One block per expected output size
+    (the caching allocator hands a freed block of that size to the next request of that size), plus a
+    large one. On the CPU freed chunks are reused by malloc only sometimes: there it is best effort."""
+    blocks = [torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE) for n in sizes if n > 0]
+    if device.type == "cuda":
+        blocks.append(torch.empty(max(sizes + [0]) * 4 + (1 << 20), dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+    del blocks
 
 
 def same_bits(before: list, after: list) -> bool:
@@ -107,16 +109,18 @@ def same_bits(before: list, after: list) -> bool:
     return True
 
 
-def output_bytes_hint(args: list) -> int:
-    """How much memory to poison before a candidate call: a few times the inputs' size."""
-    return 4 * sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) + (1 << 20)
+def tensor_sizes(values) -> list[int]:
+    """Byte sizes of the tensors in an output or an argument list."""
+    tensors = compare.as_tensors(values) if not isinstance(values, list) else [
+        v for v in values if isinstance(v, torch.Tensor)]
+    return [t.numel() * t.element_size() for t in tensors or []]
 
 
 def run_trial(session: Session, index: int, seed: int, atol, rtol, outcome: CheckOutcome) -> bool:
     """One strict trial; returns False when the stage must stop (a blocking failure)."""
     inputs = session.make_inputs(seed)
     candidate_args, reference_args, before = clone_args(inputs), clone_args(inputs), clone_args(inputs)
-    poison_free_memory(session.device, output_bytes_hint(inputs))
+    poison_free_memory(session.device, session.output_sizes or tensor_sizes(inputs))
     try:
         out = session.run(session.candidate, candidate_args)
         synchronize(session.device)
@@ -138,6 +142,7 @@ def run_trial(session: Session, index: int, seed: int, atol, rtol, outcome: Chec
         outcome.findings.append(failure.finding)
         outcome.poisoned |= failure.poisoned
         return False
+    session.output_sizes = tensor_sizes(expected)
     a, r = compare.tolerance(expected, atol, rtol)
     result = compare.compare(index, out, expected, expected64, a, r)
     outcome.trials.append(result.trial)

@@ -40,6 +40,9 @@ class Trace:
     gpu_kernels: list[str] = field(default_factory=list)  # kernel names the profiler saw (GPU)
     reference_heavy: list[str] = field(default_factory=list)
     still_called: list[str] = field(default_factory=list)  # heavy reference ops the candidate called
+    kernels: list["KernelRecord"] = field(default_factory=list)  # GPU kernels of the candidate's call
+    hold: "KernelRecord | None" = None  # spin on the caller's stream before the call
+    marker: "KernelRecord | None" = None  # spin on the caller's stream after the call returned
 
     @property
     def own_ran(self) -> bool:
@@ -138,7 +141,7 @@ def trace(session: Session, args: list) -> Trace:
         restore.append(lambda jit=jit: jit.__dict__.pop("run", None))
     try:
         reference_ops = _profile(session, session.reference, args)[0]
-        candidate_ops, kernels = _profile(session, session.candidate, args)
+        candidate_ops, records = _profile(session, session.candidate, args, bracket=True)
     finally:
         for undo in restore:
             undo()
@@ -146,6 +149,11 @@ def trace(session: Session, args: list) -> Trace:
     result.reference_heavy = sorted(op for op, t in reference_ops.items()
                                     if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
     result.still_called = [op for op in result.reference_heavy if op in candidate_ops]
+    spins = [r for r in records if SPIN_KERNEL in r.name]
+    if len(spins) >= 2:
+        result.hold, result.marker = spins[0], spins[-1]
+    result.kernels = [r for r in records if SPIN_KERNEL not in r.name]
+    kernels = [r.name for r in result.kernels]
     result.gpu_kernels = kernels
     result.own_calls = {name: calls.get(name, 0) for name in result.own_kernels}
     for name in list(triton_kernels) + sorted(cuda_names):  # the profiler as a second witness on GPUs
@@ -155,23 +163,8 @@ def trace(session: Session, args: list) -> Trace:
     return result
 
 
-def _profile(session: Session, model, args: list) -> tuple[dict[str, float], list[str]]:
-    """Self time per op name (device time on a GPU, CPU time otherwise) and the GPU kernel names."""
-    from torch.profiler import ProfilerActivity, profile
-
-    on_gpu = session.device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    call_args = clone_args(args)
-    with profile(activities=activities) as prof:
-        session.run(model, call_args)
-        synchronize(session.device)
-    times: dict[str, float] = {}
-    for event in prof.key_averages():
-        # GPU: an op's time is in the kernels it launched (inclusive); CPU: the op's own time
-        gpu_time = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-        times[event.key] = float(gpu_time if on_gpu else event.self_cpu_time_total)
-    kernels = [e.name for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")] if on_gpu else []
-    return times, kernels
+SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel
+HOLD_CYCLES = 10_000_000  # ~5 ms at 2 GHz: longer than a call takes to enqueue its work
 
 
 @dataclass(frozen=True)
@@ -182,24 +175,37 @@ class KernelRecord:
     end_ns: int
 
 
-MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel, launched on the caller's stream after the call
+def _profile(session: Session, model, args: list, bracket: bool = False) -> tuple[dict[str, float], list[KernelRecord]]:
+    """Time per op name (device time on a GPU, CPU self time otherwise) and the GPU kernels with streams.
 
-
-def stream_records(call) -> tuple[list[KernelRecord], KernelRecord | None]:
-    """The GPU kernels of `call()` with their streams and times, and a marker kernel launched on the
-    caller's stream right after `call()` returns (the point where the caller's stream has the call's work)."""
+    With `bracket` on a GPU, the caller's stream is held by a spin kernel while the call enqueues its
+    work, and a second spin is launched right after the call returns: work on another stream that
+    starts during the first spin did not wait for the caller's stream, and work that ends after the
+    second spin started was not joined back to it."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda._sleep(1000)
-        torch.cuda.synchronize()
+    on_gpu = session.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    call_args = clone_args(args)
+    synchronize(session.device)
+    with profile(activities=activities) as prof:
+        if on_gpu and bracket:
+            torch.cuda._sleep(HOLD_CYCLES)
+        session.run(model, call_args)
+        if on_gpu and bracket:
+            torch.cuda._sleep(1000)
+        synchronize(session.device)
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        # GPU: an op's time is in the kernels it launched (inclusive); CPU: the op's own time
+        gpu_time = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        times[event.key] = float(gpu_time if on_gpu else event.self_cpu_time_total)
     records = []
-    for event in prof.profiler.kineto_results.events():
-        if str(event.device_type()).endswith("CUDA") and not event.name().startswith(("Memcpy", "Memset")):
-            start = int(event.start_ns())
-            records.append(KernelRecord(event.name(), int(event.device_resource_id()), start,
-                                        start + int(event.duration_ns())))
-    markers = [r for r in records if MARKER_KERNEL in r.name]
-    marker = markers[-1] if markers else None
-    return [r for r in records if r is not marker], marker
+    if on_gpu:
+        for event in prof.profiler.kineto_results.events():
+            if str(event.device_type()).endswith("CUDA") and not event.name().startswith(("Memcpy", "Memset")):
+                start = int(event.start_ns())
+                records.append(KernelRecord(event.name(), int(event.device_resource_id()), start,
+                                            start + int(event.duration_ns())))
+        records.sort(key=lambda r: r.start_ns)
+    return times, records

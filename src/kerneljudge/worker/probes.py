@@ -18,7 +18,7 @@ import torch
 
 from kerneljudge.records import Finding
 from kerneljudge.worker import compare, optrace
-from kerneljudge.worker.check import poison_free_memory
+from kerneljudge.worker.check import poison_free_memory, tensor_sizes
 from kerneljudge.worker.session import Session, clone_args, derive_seed, synchronize, upcast
 
 STAGE = "probe"
@@ -30,6 +30,13 @@ class ProbeContext:
     atol: float | None
     rtol: float | None
     info: dict = field(default_factory=dict)  # data for the report (op trace, streams seen)
+    _trace: optrace.Trace | None = None
+
+    def trace(self) -> optrace.Trace:
+        """One profiled reference call and one profiled, counted candidate call, shared by the probes."""
+        if self._trace is None:
+            self._trace = optrace.trace(self.session, self.inputs("trace"))
+        return self._trace
 
     def inputs(self, label: str) -> list:
         return self.session.make_inputs(derive_seed(self.session.seed, f"probe:{label}"))
@@ -151,7 +158,7 @@ def probe_repeat(ctx: ProbeContext) -> list[Finding]:
     """Row 15: two calls on the same inputs must agree within tolerance (garbage reads, races)."""
     args = ctx.inputs("repeat")
     first = ctx.call_candidate(clone_args(args))
-    poison_free_memory(ctx.session.device, _nbytes(first) * 2)
+    poison_free_memory(ctx.session.device, tensor_sizes(first))
     second = ctx.call_candidate(clone_args(args))
     firsts, seconds = compare.as_tensors(first), compare.as_tensors(second)
     if firsts is None or seconds is None:
@@ -171,13 +178,9 @@ def probe_unwritten_output(ctx: ProbeContext) -> list[Finding]:
     still be written. On the CPU the poison is best effort (the allocator may hand out fresh pages)."""
     args = ctx.inputs("poison")
     expected, _ = ctx.expected(args)
-    size = _nbytes(expected)
-    if ctx.session.device.type == "cpu":
-        for _ in range(4):  # freed chunks of the output's size are what malloc hands out next
-            torch.empty(size, dtype=torch.uint8).fill_(0xFF)
-    else:
-        poison_free_memory(ctx.session.device, max(4 * size, 1 << 20))
-    out = ctx.call_candidate(clone_args(args))
+    candidate_args = clone_args(args)
+    poison_free_memory(ctx.session.device, tensor_sizes(expected))
+    out = ctx.call_candidate(candidate_args)
     outs, refs = compare.as_tensors(out), compare.as_tensors(expected)
     if outs is None:
         return []
@@ -252,26 +255,38 @@ def probe_threads(ctx: ProbeContext) -> list[Finding]:
 
 
 def probe_streams(ctx: ProbeContext) -> list[Finding]:
-    """Row 7: the call's work must be ordered on the caller's stream. Kernels on another stream must
-    finish before the caller's stream moves past the call (a marker kernel launched right after the
-    call returns); and the output, read in stream order at once, must equal the synchronised output."""
+    """Row 7: the call's work must be ordered on the caller's stream. From the bracketed profile (see
+    optrace._profile): kernels on another stream may neither start before the caller's stream reached
+    the call nor end after it moved past it; and the output, read in stream order at once, must equal
+    the output after a device-wide synchronisation."""
     s = ctx.session
-    args = ctx.inputs("streams")
+    trace = ctx.trace()
     findings = []
-    records, marker = optrace.stream_records(lambda: s.run(s.candidate, clone_args(args)))
-    if marker is not None:
-        foreign = [r for r in records if r.stream != marker.stream]
-        unjoined = [r for r in foreign if r.end_ns > marker.start_ns]
-        ctx.info["streams"] = {"caller": marker.stream, "other_streams": sorted({r.stream for r in foreign}),
-                               "unjoined_kernels": [r.name[:80] for r in unjoined[:5]]}
-        if unjoined:
-            findings.append(Finding.of("side-stream", f"{len(unjoined)} kernel(s) on stream(s) "
-                                       f"{sorted({r.stream for r in unjoined})} were still running after the call "
-                                       f"returned (caller's stream {marker.stream}): {unjoined[0].name[:80]}",
-                                       stage=STAGE))
+    if trace.hold is None or trace.marker is None:
+        ctx.info["streams"] = {"error": "the profiler recorded no stream bracket; stream order not checked"}
+    else:
+        caller = trace.hold.stream
+        foreign = [k for k in trace.kernels if k.stream != caller]
+        early = [k for k in foreign if k.start_ns < trace.hold.end_ns]
+        late = [k for k in foreign if k.end_ns > trace.marker.start_ns]
+        ctx.info["streams"] = {"caller": caller, "other_streams": sorted({k.stream for k in foreign}),
+                               "not_waiting": [k.name[:80] for k in early[:3]],
+                               "not_joined": [k.name[:80] for k in late[:3]]}
+        if early or late:
+            what = []
+            if early:
+                what.append(f"{len(early)} kernel(s) on stream(s) {sorted({k.stream for k in early})} started "
+                            "before the caller's stream reached the call (they do not wait for it)")
+            if late:
+                what.append(f"{len(late)} kernel(s) on stream(s) {sorted({k.stream for k in late})} were still "
+                            "running after the call returned (not joined back)")
+            findings.append(Finding.of("side-stream", f"{'; '.join(what)}; caller's stream {caller}; first: "
+                                       f"{(early or late)[0].name[:80]}", stage=STAGE))
+    args = ctx.inputs("streams")
     torch.cuda.synchronize(s.device)
-    out = s.run(s.candidate, clone_args(args))  # no synchronisation: read it in stream order at once
-    seen = [t.clone() for t in (compare.as_tensors(out) or [])]
+    torch.cuda._sleep(optrace.HOLD_CYCLES)  # hold the caller's stream: unordered work shows up as a race
+    out = s.run(s.candidate, clone_args(args))
+    seen = [t.clone() for t in (compare.as_tensors(out) or [])]  # in the caller's stream order
     torch.cuda.synchronize(s.device)
     if any(not torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(seen, compare.as_tensors(out) or [])):
         findings.append(Finding.of("unsynchronized-work", "the output read in the caller's stream order right after "
@@ -281,15 +296,9 @@ def probe_streams(ctx: ProbeContext) -> list[Finding]:
 
 def probe_op_trace(ctx: ProbeContext) -> list[Finding]:
     """Rows 12-13: which of the candidate's own kernels ran, and which heavy reference ops it still calls."""
-    s = ctx.session
-    args = ctx.inputs("trace")
-    trace = optrace.trace(s, args)
+    trace = ctx.trace()
     ctx.info["op_trace"] = trace.to_json()
     return trace.findings(STAGE)
-
-
-def _nbytes(out) -> int:
-    return sum(t.numel() * t.element_size() for t in (compare.as_tensors(out) or []))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ always carries `findings` (dicts) and `poisoned`; stage data is under the stage'
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import traceback
 from pathlib import Path
 from typing import Any
@@ -42,12 +44,23 @@ class Server:
         return reply
 
     def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Worker started: say which device and versions it sees."""
-        return _reply([], device=describe_device(torch.device(request["device"])), versions=versions())
+        """Worker started: confirm the device, limit memory on CPU runs, say which versions it sees."""
+        device = torch.device(request["device"])
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                return _reply([], error=f"device {device} requested, but torch {torch.__version__} in the worker "
+                              "sees no CUDA GPU: use --device cpu")
+            if (device.index or 0) >= torch.cuda.device_count():
+                return _reply([], error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+            torch.cuda.set_device(device)
+        else:
+            limit_memory(request.get("memory_limit_mb"))
+        return _reply([], device=describe_device(device), versions=versions())
 
     def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
         """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
         candidate = request["candidate"]
+        interpret_triton(torch.device(request["device"]), candidate["kinds"])
         _, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
             device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms)
@@ -56,6 +69,7 @@ class Server:
 
     def op_build(self, request: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(request["device"])
+        interpret_triton(device, request["candidate"]["kinds"])
         problem = request["problem"]
         candidate = request["candidate"]
         try:
@@ -96,6 +110,24 @@ class Server:
         return _reply(found, poisoned=poisoned, probe_info=info)
 
 
+def interpret_triton(device: torch.device, kinds: list[str]) -> None:
+    """Triton kernels on a CPU run through Triton's interpreter (set before triton is imported)."""
+    if device.type == "cpu" and "triton" in kinds:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def limit_memory(limit_mb: int | None) -> None:
+    """An address-space limit for CPU runs (75% of RAM unless given): a runaway allocation fails with an
+    out-of-memory error instead of taking the machine down. Not on GPUs: CUDA maps far more virtual
+    memory than it uses."""
+    import resource
+
+    import psutil
+
+    limit = (limit_mb or int(psutil.virtual_memory().total * 0.75 / 2**20)) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def describe_device(device: torch.device) -> dict[str, Any]:
     import platform
 
@@ -114,11 +146,9 @@ def versions() -> dict[str, str]:
 
     found = {"kerneljudge": kerneljudge.__version__, "python": platform.python_version(), "torch": torch.__version__,
              "cuda": str(torch.version.cuda)}
-    try:
-        import triton
-
-        found["triton"] = triton.__version__
-    except ImportError:
+    try:  # not `import triton`: TRITON_INTERPRET must be set before triton is first imported
+        found["triton"] = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
         pass
     return found
 

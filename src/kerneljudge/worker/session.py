@@ -9,8 +9,6 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 
 from kerneljudge.worker.build import Loaded
@@ -45,12 +43,15 @@ class Session:
     reference: torch.nn.Module | None = None
     candidate: torch.nn.Module | None = None
     reference64: torch.nn.Module | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    output_sizes: list[int] = field(default_factory=list)  # byte sizes of the reference's outputs
+    spin_cycles_per_ms: float | None = None  # GPU spin rate, measured once for the timing hold
 
     def make_inputs(self, seed: int) -> list:
-        """get_inputs() under `seed` (on the CPU generator, as KernelBench problems draw on the CPU), on device."""
+        """get_inputs() under `seed`, drawn on the device (torch.device as the default device: drawing
+        256 MB of inputs on the CPU and copying them costs more than the whole check on a GPU)."""
         torch.manual_seed(seed)
-        args = list(self.loaded.problem.get_inputs())
+        with torch.device(self.device):
+            args = list(self.loaded.problem.get_inputs())
         return [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args]
 
     def init_inputs(self) -> list:
