@@ -291,4 +291,5 @@ def _result(run: Run, problem: Problem | None, candidate: Candidate | None, devi
         problem=problem.to_json() if problem else {}, candidate=candidate.to_json() if candidate else {},
         device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
         build=run.build, timing=run.timing, stage_ms=run.stage_ms,
-        seed=seed if run.options.check.seed is not None else None, worker_output_tail=run.output_tail)
+        seed=seed if run.options.check.seed is not None else None, worker_output_tail=run.output_tail,
+        probes=run.probe_info)

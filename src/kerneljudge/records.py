@@ -137,6 +137,7 @@ class Result:
     stage_ms: dict[str, float] = field(default_factory=dict)
     seed: int | None = None  # shown only when the user chose it
     worker_output_tail: str | None = None
+    probes: dict[str, Any] = field(default_factory=dict)  # what the probes saw: op trace, streams
 
     @property
     def correct(self) -> bool:
@@ -168,6 +169,7 @@ class Result:
             "stage_ms": self.stage_ms,
             "seed": self.seed,
             "worker_output_tail": self.worker_output_tail,
+            "probes": self.probes,
         }
 
     @classmethod
@@ -182,7 +184,7 @@ class Result:
             protocol=data.get("protocol", "strict"),
             build=Build(**{**build, "extensions": tuple(build.get("extensions", ()))}) if build else None,
             timing=data.get("timing"), stage_ms=data.get("stage_ms", {}), seed=data.get("seed"),
-            worker_output_tail=data.get("worker_output_tail"),
+            worker_output_tail=data.get("worker_output_tail"), probes=data.get("probes") or {},
         )
 
 
