@@ -13,6 +13,7 @@ for part in ${PARTS:-build timer seed judge exploits cost}; do case $part in
 build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
   kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
      benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
+sweep) step "launch-shape sweep of the seed kernels"; timeout 300 python benchmarks/seed_sweep.py ;;
 overhead) step "device time vs host overhead of the seed solutions"; timeout 300 python benchmarks/seed_overhead.py ;;
 timer) step "timer check"; timeout 300 python benchmarks/timer_check.py ;;
 seed) step "seed table"; timeout 400 python benchmarks/seed_table.py ;;

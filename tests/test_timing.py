@@ -327,6 +327,30 @@ def test_cuda_event_timer_with_fake_events():
         T.CudaEventTimer(f2, calls_per_fn=0)
 
 
+def test_cuda_event_timer_hold_runs_after_flush_and_outside_the_interval():
+    clock, log = FakeClock(), []
+    factory, _ = fake_event_factory(clock, log)
+
+    def hold():
+        log.append("hold")
+        clock.advance_ms(0.5)
+
+    timer = T.CudaEventTimer(factory, lambda: log.append("flush"), hold=hold)
+    assert timer.time_call(lambda: clock.advance_ms(2.0)) == pytest.approx(2.0)
+    assert log[:3] == ["flush", "hold", "start.record"]
+
+
+def test_host_overhead_and_hold_length():
+    clock = FakeClock()
+    syncs = []
+    overhead = T.host_overhead_ms(lambda i: clock.advance_ms(0.25), clock_ns=clock.ns, sync=lambda: syncs.append(1),
+                                  calls=8)
+    assert overhead == pytest.approx(0.25)
+    assert len(syncs) == 2  # before the calls, and after them (outside the measured span)
+    assert T.hold_for(0.25) == pytest.approx(0.52)
+    assert T.hold_for(10.0) == 2.0  # capped
+
+
 def test_cuda_event_timer_drives_measure_loop():
     clock, log = FakeClock(), []
     factory, _ = fake_event_factory(clock, log)

@@ -841,6 +841,51 @@ def measure(
 
 
 # --------------------------------------------------------------------------
+# Holding the stream while the host enqueues (device time without launch overhead)
+# --------------------------------------------------------------------------
+
+
+def host_overhead_ms(fn: Callable[[int], object], *, clock_ns: Callable[[], int], sync: Callable[[], None],
+                     calls: int = 20) -> float:
+    """Host time of one call that does not wait for the device (Python and launch overhead), averaged
+    over ``calls`` calls made back to back after a sync."""
+    sync()
+    started = clock_ns()
+    for i in range(calls):
+        fn(i)
+    elapsed_ms = (clock_ns() - started) / 1e6 / calls
+    sync()
+    return elapsed_ms
+
+
+def spin_cycles_per_ms(device: Any = None) -> float:
+    """How many cycles of ``torch.cuda._sleep`` (a spin kernel) take one millisecond on ``device``."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)  # first launch outside the measurement
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / max(float(start.elapsed_time(end)), 1e-3)
+
+
+def spin_hold(hold_ms: float, cycles_per_ms: float) -> Callable[[], None]:
+    """A ``hold`` for :class:`CudaEventTimer`: a spin kernel of about ``hold_ms`` on the current stream."""
+    import torch
+
+    cycles = max(1, int(hold_ms * cycles_per_ms))
+    return lambda: torch.cuda._sleep(cycles)
+
+
+def hold_for(overhead_ms: float) -> float:
+    """How long to hold the stream for a call whose host overhead is ``overhead_ms``: twice that plus
+    20 us, at most 2 ms."""
+    return min(2.0, 2 * overhead_ms + 0.02)
+
+
+# --------------------------------------------------------------------------
 # Roofline helpers
 # --------------------------------------------------------------------------
 

@@ -59,40 +59,13 @@ def _timer(session: Session, opts: dict[str, Any], input_sets: int, hold_ms: flo
         flush = timing.L2Flusher.for_cuda_device(session.device)
         return timing.cuda_graph_timer(session.device, flush, input_period=input_sets)
     if kind == "cuda-events":
-        hold = spin_hold(session, hold_ms) if hold_ms > 0 else None
+        hold = None
+        if hold_ms > 0:
+            if session.spin_cycles_per_ms is None:
+                session.spin_cycles_per_ms = timing.spin_cycles_per_ms(session.device)
+            hold = timing.spin_hold(hold_ms, session.spin_cycles_per_ms)
         return timing.cuda_event_timer(session.device, timing.L2Flusher.for_cuda_device(session.device), hold)
     return timing.HostTimer(session.guard.clock_ns, flush=timing.CpuCacheFlusher())
-
-
-def spin_hold(session: Session, hold_ms: float) -> Callable[[], None]:
-    """A spin kernel of about `hold_ms` on the caller's stream (cycles per ms measured once)."""
-    if session.spin_cycles_per_ms is None:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # warm the kernel up
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        end.synchronize()
-        session.spin_cycles_per_ms = 10_000_000 / max(start.elapsed_time(end), 1e-3)
-    cycles = int(hold_ms * session.spin_cycles_per_ms)
-    return lambda: torch.cuda._sleep(cycles)
-
-
-def host_overhead_ms(session: Session, model, sets: list[list], calls: int = 20) -> float:
-    """Host time of one call that does not wait for the device (Python and launch overhead)."""
-    synchronize(session.device)
-    started = session.guard.clock_ns()
-    with torch.inference_mode():
-        for i in range(calls):
-            model(*sets[i % len(sets)])
-    elapsed_ms = (session.guard.clock_ns() - started) / 1e6 / calls
-    synchronize(session.device)
-    return elapsed_ms
-
-
-def _stop(opts: dict[str, Any]) -> timing.StopRule:
-    return timing.StopRule(min_runs=opts["min_runs"], max_runs=opts["max_runs"], min_time_ms=opts["min_time_ms"],
-                           budget_ms=opts["budget_ms"], target_rel_sem=opts["target_rel_sem"])
 
 
 def time_model(session: Session, model, sets: list[list], expected: list | None, opts: dict[str, Any],
@@ -100,8 +73,13 @@ def time_model(session: Session, model, sets: list[list], expected: list | None,
     """Time `model` rotating over `sets`; with `expected`, check every Nth output against it.
     On a GPU the events hold the call's device time: the host's overhead is measured first and the
     stream is held (a spin of twice that) while the host enqueues each call."""
-    overhead_ms = host_overhead_ms(session, model, sets) if session.device.type == "cuda" else 0.0
-    timer = _timer(session, opts, len(sets), hold_ms=min(2.0, 2 * overhead_ms + 0.02) if overhead_ms else 0.0)
+    overhead_ms = 0.0
+    if session.device.type == "cuda":
+        with torch.inference_mode():
+            overhead_ms = timing.host_overhead_ms(lambda i: model(*sets[i % len(sets)]),
+                                                  clock_ns=session.guard.clock_ns,
+                                                  sync=lambda: synchronize(session.device))
+    timer = _timer(session, opts, len(sets), hold_ms=timing.hold_for(overhead_ms) if overhead_ms else 0.0)
     outputs: dict[int, Any] = {}
     checked = 0
     every = max(1, int(opts["check_every"]))
