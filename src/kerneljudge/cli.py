@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from kerneljudge import findings as catalog
 from kerneljudge import report, suite
@@ -234,7 +235,8 @@ def build_command(solutions: tuple[Path, ...], jobs: int, arch: str | None, devi
                 what = {"hit": "cache hit", "miss": "built", "none": "nothing to compile"}[o.build.cache]
                 console.print(f"[green]ok[/green]    {o.path.name}: {what} in {o.build.build_ms / 1e3:.2f} s")
             else:
-                console.print(f"[red]error[/red] {o.path.name}: " + "; ".join(f.message for f in o.findings))
+                console.print(f"[red]error[/red] {escape(o.path.name)}: "
+                              + escape("; ".join(f.message for f in o.findings)))
     sys.exit(0 if all(o.ok for o in outcomes) else 2)
 
 

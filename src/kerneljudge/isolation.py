@@ -44,6 +44,7 @@ class WorkerProcess:
         self.clock = clock
         self.process: subprocess.Popen | None = None
         self.dead = False
+        self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
 
     def __enter__(self) -> "WorkerProcess":
         self.start()
@@ -109,7 +110,9 @@ class WorkerProcess:
                           "(exit, os._exit or a fatal error in candidate code)", stage=op, exit_code=code)
 
     def output_tail(self, chars: int = TAIL_CHARS) -> str:
-        """The end of what the worker (and the candidate) printed."""
+        """The end of what the worker (and the candidate) printed (also after close())."""
+        if self.final_tail is not None:
+            return self.final_tail[-chars:]
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(0, os.SEEK_END)
@@ -142,6 +145,8 @@ class WorkerProcess:
                 self._kill()
             else:
                 self._kill_group_leftovers()
+        if getattr(self, "workdir", None) is not None:
+            self.final_tail = self.output_tail()
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
 
     def _kill_group_leftovers(self) -> None:

@@ -166,6 +166,8 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
                 hello = worker.call("ping", device=device, memory_limit_mb=options.worker.memory_limit_mb)
                 if hello.get("error"):
                     raise UsageError(hello["error"])
+                if not run.add(hello):
+                    return
                 run.device, run.versions = hello["device"], hello["versions"]
             with run.stage("build"):
                 if not _build(run, worker, problem, candidate, device, seed):
@@ -188,8 +190,9 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
     except WorkerFailure as failure:
         run.findings.append(failure.finding)
         run.output_tail = failure.output_tail
-    if run.blocked and run.output_tail is None:
-        run.output_tail = worker.output_tail() or None
+    finally:
+        if run.blocked and run.output_tail is None:
+            run.output_tail = worker.output_tail() or None
 
 
 def _build(run: Run, worker: WorkerProcess, problem: Problem, candidate: Candidate, device: str, seed: int) -> bool:

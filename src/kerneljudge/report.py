@@ -84,7 +84,7 @@ def render(result: Result, console: Console) -> None:
         table.add_column("what happened, and the fix", overflow="fold")
         for f in ordered(result.findings):
             table.add_row(Text("error" if f.blocking else f.severity, style=SEVERITY_STYLE[f.severity]), f.code,
-                          Text(f.message) + Text(f"\nfix: {f.fix}", style="dim") if f.severity != "info" else f.message)
+                          Text(f.message) + Text(f"\nfix: {f.fix}", style="dim") if f.severity != "info" else Text(f.message))
         console.print(table)
     if result.worker_output_tail and result.verdict == "error":
         console.print("[dim]worker output (tail):[/dim]")

@@ -16,7 +16,7 @@ from types import TracebackType
 from kerneljudge.records import Finding
 
 MAX_MESSAGE_CHARS = 1500
-_COMPILER_ERROR = re.compile(r"(error|Error|undefined reference|fatal)")
+_COMPILER_ERROR = re.compile(r"(\b[Ee]rror( [A-Z]+\d+)?:|undefined reference|\bfatal\b)")  # not "error" in a path
 _NOISE = re.compile(r"^(FAILED: |ninja: build stopped|\[\d+/\d+\] )")
 
 

@@ -74,12 +74,43 @@ class Guard:
 
 def _same(current, bound) -> bool:
     """`current` is the bound object, or torch's own wrapper of it (importing torch._dynamo wraps
-    torch.manual_seed and a few others with functools.wraps, keeping the original as __wrapped__)."""
+    torch.manual_seed and a few others with functools.wraps, keeping the original as __wrapped__).
+    A wrapper counts only if it is genuine: its code object is torch's own (a co_filename or a
+    __wrapped__ attribute is easily forged), its globals are that torch module's, and its closure
+    holds the object it names as __wrapped__ (so that is what it calls)."""
     for _ in range(4):
         if current is bound:
             return True
-        wrapper_file = getattr(getattr(current, "__code__", None), "co_filename", "")
-        if f"{os.sep}torch{os.sep}" not in wrapper_file:  # functools.wraps copies __module__, not the code
+        wrapped = getattr(current, "__wrapped__", None)
+        if wrapped is None or not _genuine_torch_wrapper(current, wrapped):
             return False
-        current = getattr(current, "__wrapped__", None)
+        current = wrapped
     return False
+
+
+def _genuine_torch_wrapper(wrapper, wrapped) -> bool:
+    code = getattr(wrapper, "__code__", None)
+    if code is None or f"{os.sep}torch{os.sep}" not in code.co_filename:
+        return False
+    cells = []
+    for cell in getattr(wrapper, "__closure__", None) or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    if not any(c is wrapped for c in cells):
+        return False
+    module = next((m for m in list(sys.modules.values())
+                   if getattr(m, "__file__", None) == code.co_filename), None)
+    if module is None or getattr(wrapper, "__globals__", None) is not vars(module):
+        return False
+    return any(_defines(getattr(v, "__code__", None), code) for v in list(vars(module).values()))
+
+
+def _defines(outer, code, depth: int = 0) -> bool:
+    """`code` is `outer` or a code object nested in it (a function defined inside a function)."""
+    if outer is None or depth > 8:
+        return False
+    if outer is code:
+        return True
+    return any(_defines(c, code, depth + 1) for c in outer.co_consts if hasattr(c, "co_consts"))

@@ -9,8 +9,10 @@ is a decoy, and one that computes with those ops instead is falling back on the 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import sysconfig
 import types
 from collections import Counter
 from dataclasses import dataclass, field
@@ -93,18 +95,29 @@ def own_kernels(session: Session) -> tuple[dict[str, tuple[object, str]], dict[s
     return extensions, triton_kernels
 
 
+# Where the interpreter's own extension modules live (lib-dynload: math, _json, ...): never the candidate's.
+_SYSTEM_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for k, p in sysconfig.get_paths().items()
+                             if k in ("stdlib", "platstdlib", "purelib", "platlib") and p}))
+
+
 def _built_by_candidate(module) -> bool:
     path = getattr(module, "__file__", None) or ""
-    return path.endswith((".so", ".pyd")) and "site-packages" not in path and "dist-packages" not in path
+    return (path.endswith((".so", ".pyd")) and "site-packages" not in path and "dist-packages" not in path
+            and not os.path.realpath(path).startswith(_SYSTEM_DIRS))
 
 
 def _is_triton_kernel(value) -> bool:
     cls = type(value)
-    return cls.__module__.startswith("triton.") and cls.__name__ in ("JITFunction", "Autotuner", "Heuristics")
+    return cls.__module__.startswith("triton.") and cls.__name__ in (
+        "JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")
+
+
+# The launchable object at the bottom of a chain of Triton wrappers (TRITON_INTERPRET=1: InterpretedFunction).
+_TRITON_LAUNCHABLE = ("JITFunction", "InterpretedFunction")
 
 
 def _triton_jit(value):
-    while not type(value).__name__ == "JITFunction" and hasattr(value, "fn"):
+    while type(value).__name__ not in _TRITON_LAUNCHABLE and hasattr(value, "fn"):
         value = value.fn
     return value
 

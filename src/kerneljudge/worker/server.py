@@ -52,7 +52,7 @@ class Server:
                               "sees no CUDA GPU: use --device cpu")
             if (device.index or 0) >= torch.cuda.device_count():
                 return _reply([], error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
-            torch.cuda.set_device(device)
+            torch.cuda.set_device(device.index or 0)
         else:
             limit_memory(request.get("memory_limit_mb"))
         return _reply([], device=describe_device(device), versions=versions())

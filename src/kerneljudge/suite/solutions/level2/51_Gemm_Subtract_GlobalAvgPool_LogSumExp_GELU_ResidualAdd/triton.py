@@ -151,7 +151,9 @@ class ModelNew(nn.Module):
         else:
             block = _CHUNK
             single = False
-        num_warps = (4 if block <= 4096 else min(16, block // 1024)) if single else 8
+        # one warp per 256 elements of the row (32 warps for 8192: 1.047x a copy on an H200, see
+        # docs/benchmarks.md), at least 4
+        num_warps = max(4, min(32, block // 256)) if single else 8
         _kj_l2_51_row_kernel[(B,)](
             x, w_mean, c, out, K, x.stride(0), out.stride(0),
             BLOCK=block, SINGLE=single, EVEN=(single and block == K),

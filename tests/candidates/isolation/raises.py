@@ -1,0 +1,14 @@
+"""Raises in forward."""
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        print("KJ-MARKER: about to raise", flush=True)
+        raise ValueError("kj-forward-boom")

@@ -1,0 +1,16 @@
+"""Calls sys.exit(3) in forward."""
+import sys
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        print("KJ-MARKER: about to sys.exit", flush=True)
+        sys.exit(3)

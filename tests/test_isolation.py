@@ -1,0 +1,369 @@
+"""Isolation and builds: a candidate that crashes, hangs, exits, exhausts memory or prints anything is
+contained by its worker process and named by one finding; C++ builds are cached by content, locked,
+and reported; the private channel frames messages, notices EOF and honours its deadline.
+
+Every evaluation here is real (a worker process per candidate, on the CPU with level2/51's `small`
+preset). Cold C++ builds are the slow part (~25 s each on two cores): there are two rounds of them,
+one for `kerneljudge build` (the good and the broken candidate in parallel) and one for two
+evaluations racing on a fresh cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CANDIDATES, SEED, codes, parse_json
+
+from kerneljudge import channel
+from kerneljudge.isolation import WorkerFailure, WorkerProcess
+from kerneljudge.options import WorkerOptions
+from kerneljudge.pipeline import evaluate
+
+ISO = CANDIDATES / "isolation"
+CPP = ISO / "cpp_ext.py"
+BROKEN = ISO / "cpp_broken.py"
+
+
+def judge(options, name: str, **worker):
+    """One real evaluation of tests/candidates/isolation/NAME.py against the seed problem."""
+    if worker:
+        options = options.replace(worker=worker)
+    return evaluate(SEED, ISO / f"{name}.py", options)
+
+
+def only(result, code: str):
+    """The one finding with this code (a Result or its JSON)."""
+    found = [f for f in (result["findings"] if isinstance(result, dict) else [f.to_json() for f in result.findings])
+             if f["code"] == code]
+    assert len(found) == 1, f"expected one {code} finding, got codes {codes(result)}"
+    return found[0]
+
+
+def line_of(path: Path, text: str) -> int:
+    """The 1-based line of `path` that contains `text`."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped counts as dead: it runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
+    """The pids still alive after `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+# --- 1. what a candidate can do to its worker ------------------------------------------------------
+
+
+def test_segfault_is_a_worker_crash_naming_sigsegv_with_the_output_tail(fast):
+    result = judge(fast, "segfault")
+    assert result.verdict == "error"
+    crash = only(result, "worker-crashed")
+    assert "SIGSEGV" in crash["message"] and "segmentation fault" in crash["message"]
+    assert crash["stage"] == "check" and crash["details"]["signal"] == "SIGSEGV"
+    assert "KJ-MARKER: about to segfault" in result.worker_output_tail  # printed just before the crash
+    assert result.exit_code == 2
+
+
+def test_sigabrt_is_a_worker_crash_naming_sigabrt(fast):
+    result = judge(fast, "abort")
+    assert result.verdict == "error"
+    crash = only(result, "worker-crashed")
+    assert "SIGABRT" in crash["message"] and crash["details"]["signal"] == "SIGABRT"
+    assert "KJ-MARKER: about to abort" in result.worker_output_tail
+
+
+def test_os_exit_names_the_exit_code_and_the_candidates_children_die(fast, tmp_path, monkeypatch):
+    pidfile = tmp_path / "pids"
+    monkeypatch.setenv("KJ_TEST_PIDFILE", str(pidfile))  # the worker inherits the judge's environment
+    result = judge(fast, "os_exit")
+    assert result.verdict == "error"
+    exit_finding = only(result, "candidate-exit")
+    assert "code 7" in exit_finding["message"] and exit_finding["details"]["exit_code"] == 7
+    assert exit_finding["stage"] == "check"
+    assert "KJ-MARKER: about to os._exit" in result.worker_output_tail
+    worker_pid, child_pid = map(int, pidfile.read_text().split())
+    assert wait_dead([worker_pid, child_pid]) == [], "the worker's process group outlived the evaluation"
+
+
+def test_sys_exit_is_a_candidate_exit_at_the_candidates_line(fast):
+    result = judge(fast, "sys_exit")
+    assert result.verdict == "error"
+    message = only(result, "candidate-exit")["message"]
+    assert "exit(3)" in message
+    assert f"sys_exit.py:{line_of(ISO / 'sys_exit.py', 'sys.exit(3)')}" in message
+
+
+def test_raise_in_forward_is_a_forward_error_with_file_and_line(fast):
+    result = judge(fast, "raises")
+    assert result.verdict == "error"
+    error = only(result, "forward-error")
+    assert "ValueError: kj-forward-boom" in error["message"]
+    assert f"raises.py:{line_of(ISO / 'raises.py', 'raise ValueError')}" in error["message"]
+    assert error["stage"] == "check"
+    assert result.trials and not result.trials[0].passed
+
+
+def test_error_found_inside_the_worker_also_carries_the_output_tail(fast):
+    result = judge(fast, "raises")
+    assert "KJ-MARKER: about to raise" in (result.worker_output_tail or "")
+
+
+def test_one_huge_allocation_is_out_of_memory(fast):
+    result = judge(fast, "oom_huge")
+    assert result.verdict == "error"
+    oom = only(result, "out-of-memory")
+    assert "ran out of memory" in oom["message"] and "oom_huge.py:" in oom["message"]
+    assert "4398046511104 bytes" in oom["message"]  # the allocator's own words are kept
+    assert "worker-crashed" not in codes(result)
+
+
+def test_gradual_growth_hits_the_memory_limit_as_out_of_memory(fast):
+    started = time.monotonic()
+    result = judge(fast, "oom_gradual", memory_limit_mb=3000)
+    assert result.verdict == "error"
+    oom = only(result, "out-of-memory")
+    assert f"oom_gradual.py:{line_of(ISO / 'oom_gradual.py', 'blocks.append')}" in oom["message"]
+    assert "worker-crashed" not in codes(result) and "timeout" not in codes(result)
+    assert time.monotonic() - started < 60
+
+
+def test_hang_is_stopped_at_the_timeout_with_its_whole_process_group(kj, tmp_path):
+    pidfile = tmp_path / "pids"
+    timeout = 8
+    started = time.monotonic()
+    rc, out, _ = kj("eval", SEED, str(ISO / "hang.py"), "--device", "cpu", "--json", "--no-timing", "--no-store",
+                    "--timeout", str(timeout), env={"KJ_TEST_PIDFILE": str(pidfile)}, timeout=120)
+    wall = time.monotonic() - started
+    result = parse_json(out)
+    assert rc == 2 and result["verdict"] == "error"
+    finding = only(result, "timeout")
+    assert f"{timeout} s limit" in finding["message"] and finding["stage"] == "check"
+    assert timeout - 1 < wall < timeout + 15, f"the hang was contained after {wall:.1f} s"
+    assert "KJ-MARKER: spinning" in result["worker_output_tail"]
+    assert wait_dead([int(p) for p in pidfile.read_text().split()]) == [], "the hung worker or its child survived"
+
+
+def test_candidate_output_never_reaches_the_judges_json(kj):
+    rc, out, err = kj("eval", SEED, str(ISO / "noisy.py"), "--device", "cpu", "--json", "--no-timing", "--no-store")
+    result = parse_json(out)  # the whole of stdout is one JSON object: the judge's
+    assert out.lstrip().startswith("{") and out.rstrip().endswith("}")
+    assert "KJ-NOISE" not in out and "KJ-NOISE" not in err and '"results": []' not in out
+    assert result["verdict"] == "fail" and not result["correct"]  # not the "pass" the candidate printed
+    assert "wrong-output" in codes(result)
+    assert rc == 1
+
+
+def test_the_next_evaluation_in_the_same_command_still_runs(kj):
+    rc, out, _ = kj("eval", SEED, str(ISO / "segfault.py"), str(ISO / "good.py"), "--device", "cpu", "--json",
+                    "--no-timing", "--no-store")
+    payload = parse_json(out)
+    assert set(payload) == {"results"}
+    crashed, good = payload["results"]
+    assert crashed["verdict"] == "error" and "SIGSEGV" in only(crashed, "worker-crashed")["message"]
+    assert crashed["candidate"]["path"].endswith("segfault.py")
+    assert good["verdict"] == "pass" and good["candidate"]["path"].endswith("good.py")
+    assert rc == 2  # the worst of the two
+
+
+def test_a_worker_killed_from_outside_is_named_and_never_reused():
+    with WorkerProcess(WorkerOptions(timeout_s=60)) as worker:
+        assert worker.call("ping", device="cpu", memory_limit_mb=None)["device"]["type"] == "cpu"
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.wait(timeout=10)
+        with pytest.raises(WorkerFailure) as failed:
+            worker.call("ping", device="cpu", memory_limit_mb=None)
+        assert failed.value.finding.code == "worker-crashed"
+        assert "SIGKILL" in failed.value.finding.message and "memory" in failed.value.finding.message
+        with pytest.raises(WorkerFailure) as again:
+            worker.call("ping", device="cpu", memory_limit_mb=None)
+        assert again.value.finding.code == "judge-error" and "no longer usable" in again.value.finding.message
+
+
+# --- 3./4. builds, the build cache and its lock ----------------------------------------------------
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The CLI with a wide console (Rich wraps long lines at 80 columns when not on a terminal)."""
+    environment = {**os.environ, "COLUMNS": "1000", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kerneljudge", *args], capture_output=True, text=True,
+                          timeout=timeout, env=environment, check=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """`kerneljudge build GOOD BROKEN -j 2` into a fresh cache: the first cold build round."""
+    cache_dir = tmp_path_factory.mktemp("kj-build-cache")
+    started = time.monotonic()
+    done = cli("build", str(CPP), str(BROKEN), "-j", "2", "--device", "cpu", "--cache-dir", str(cache_dir))
+    return cache_dir, done, time.monotonic() - started
+
+
+def test_build_reports_a_fresh_build_and_the_compilers_error_line(built):
+    _, done, _ = built
+    assert done.returncode == 2, done.stdout + done.stderr  # one of the two failed to compile
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("ok") and "cpp_ext.py: built in" in line for line in lines), done.stdout
+    assert any(line.startswith("error") and "cpp_broken.py" in line and "failed to compile" in line
+               for line in lines), done.stdout
+    compiler = [line for line in lines if "error:" in line and "kj_undeclared_identifier" in line]
+    assert compiler and "main.cpp:" in compiler[0], done.stdout  # file:line:col: error: ... as gcc wrote it
+    assert "ninja: build stopped" not in done.stdout
+
+
+def test_second_build_is_a_cache_hit(built):
+    cache_dir, _, cold_s = built
+    done = cli("build", str(CPP), "--device", "cpu", "--cache-dir", str(cache_dir), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (outcome,) = json.loads(done.stdout)
+    assert outcome["ok"] and outcome["build"]["cache"] == "hit" and outcome["build"]["build_ms"] < 2000
+    assert outcome["build"]["extensions"] == ["kj_isolation_residual_gelu"]
+    human = cli("build", str(CPP), "--device", "cpu", "--cache-dir", str(cache_dir))
+    assert human.returncode == 0 and "cpp_ext.py: cache hit in" in human.stdout
+    assert cold_s > 5  # the first round really compiled
+
+
+def test_eval_after_build_is_a_fast_cache_hit_and_passes(built, fast):
+    cache_dir, _, _ = built
+    result = evaluate(SEED, CPP, fast.replace(cache_dir=cache_dir, probes=False))
+    assert result.verdict == "pass", codes(result)
+    assert result.build.cache == "hit" and result.build.build_ms < 2000
+    assert result.candidate["kinds"] == ["cpp"]
+
+
+def test_cache_info_clear_and_the_environment_variable(built, tmp_path):
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(built[0], cache_dir)  # a copy: the other tests keep their cache whatever the order
+    done = cli("cache", "info", "--json", "--cache-dir", str(cache_dir))
+    info = json.loads(done.stdout)
+    assert done.returncode == 0 and info["path"] == str(cache_dir)
+    assert info["sections"]["builds"]["entries"] == 2  # the built key and the broken one's
+    assert info["sections"]["builds"]["bytes"] > 10_000  # the compiled .so is in there
+
+    from_env = cli("cache", "info", "--json", env={"KERNELJUDGE_CACHE_DIR": str(cache_dir)})
+    assert json.loads(from_env.stdout) == info
+
+    cleared = cli("cache", "clear", "builds", env={"KERNELJUDGE_CACHE_DIR": str(cache_dir)})
+    assert cleared.returncode == 0 and "removed: builds" in cleared.stdout
+    after = json.loads(cli("cache", "info", "--json", "--cache-dir", str(cache_dir)).stdout)
+    assert after["sections"]["builds"] == {"entries": 0, "bytes": 0}
+    assert not (cache_dir / "builds").exists()
+
+
+def test_two_evaluations_of_a_new_source_at_once_build_it_once(tmp_path, fast):
+    cache_dir = tmp_path / "race-cache"
+    env = {**os.environ, "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite")}
+    command = [sys.executable, "-m", "kerneljudge", "eval", SEED, str(CPP), "--device", "cpu", "--json",
+               "--no-timing", "--no-probes", "--no-store", "--cache-dir", str(cache_dir)]
+    racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+              for _ in range(2)]
+    results = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=300)
+        assert racer.returncode == 0, out + err
+        results.append(parse_json(out))
+    assert [r["verdict"] for r in results] == ["pass", "pass"]
+    builds = sorted((r["build"] for r in results), key=lambda b: b["cache"])
+    assert [b["cache"] for b in builds] == ["hit", "miss"]  # the lock: one built, the other waited and loaded
+    hit, miss = builds
+    assert hit["cache_key"] == miss["cache_key"]
+    assert hit["build_ms"] < 2000 < miss["build_ms"]  # the wait for the other's build is not counted
+
+    later = evaluate(SEED, CPP, fast.replace(cache_dir=cache_dir, probes=False))
+    assert later.verdict == "pass" and later.build.cache == "hit" and later.build.build_ms < 2000
+
+
+# --- 5. the channel ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pipe():
+    read_fd, write_fd = os.pipe()
+    fds = {"r": read_fd, "w": write_fd}
+    yield fds
+    for fd in fds.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_channel_messages_keep_their_boundaries(pipe):
+    messages = [{"op": "ping", "n": 1}, {"findings": [], "poisoned": False, "x": [1.5, None, "é"]}, {}]
+    for message in messages:
+        channel.send(pipe["w"], message)
+    assert [channel.receive(pipe["r"], time.monotonic() + 5) for _ in messages] == messages
+
+
+def test_channel_carries_a_message_far_larger_than_the_pipe_buffer(pipe):
+    big = {"blob": "x" * (8 * 2**20), "items": list(range(50_000))}
+    writer = threading.Thread(target=channel.send, args=(pipe["w"], big))
+    writer.start()
+    received = channel.receive(pipe["r"], time.monotonic() + 30)
+    writer.join(timeout=30)
+    assert received == big
+
+
+def test_channel_nonfinite_floats_and_odd_values_cross_as_data(pipe):
+    channel.send(pipe["w"], {"nan": float("nan"), "inf": float("inf"), "path": Path("/x")})
+    received = channel.receive(pipe["r"], time.monotonic() + 5)
+    assert received["nan"] != received["nan"] and received["inf"] == float("inf") and received["path"] == "/x"
+
+
+def test_channel_eof_is_channel_closed(pipe):
+    os.close(pipe.pop("w"))
+    with pytest.raises(channel.ChannelClosed):
+        channel.receive(pipe["r"], time.monotonic() + 5)
+
+
+def test_channel_eof_in_the_middle_of_a_message_is_channel_closed(pipe):
+    os.write(pipe["w"], (100).to_bytes(4, "big") + b'{"op": "pi')
+    os.close(pipe.pop("w"))
+    with pytest.raises(channel.ChannelClosed):
+        channel.receive(pipe["r"], time.monotonic() + 5)
+
+
+def test_channel_rejects_a_length_beyond_its_limit(pipe):
+    os.write(pipe["w"], (channel.MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
+    with pytest.raises(channel.ChannelClosed, match="exceeds the channel limit"):
+        channel.receive(pipe["r"], time.monotonic() + 5)
+
+
+def test_channel_deadline_is_channel_timeout(pipe):
+    started = time.monotonic()
+    with pytest.raises(channel.ChannelTimeout):
+        channel.receive(pipe["r"], started + 0.3)
+    assert 0.25 < time.monotonic() - started < 3
+
+
+def test_channel_deadline_applies_to_a_message_that_stops_half_way(pipe):
+    os.write(pipe["w"], (100).to_bytes(4, "big") + b'{"op"')  # the writer stalls, the pipe stays open
+    started = time.monotonic()
+    with pytest.raises(channel.ChannelTimeout):
+        channel.receive(pipe["r"], started + 0.3)
+    assert time.monotonic() - started < 3
+
+
+def test_channel_deadline_uses_the_given_clock(pipe):
+    channel.send(pipe["w"], {"op": "ping"})
+    with pytest.raises(channel.ChannelTimeout):  # the deadline has passed on this clock, data or not
+        channel.receive(pipe["r"], deadline=10.0, clock=lambda: 11.0)
+    assert channel.receive(pipe["r"], deadline=10.0, clock=lambda: 9.0) == {"op": "ping"}
