@@ -254,7 +254,8 @@ def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
     bandwidth = cache.load(run.options.cache_dir, "bandwidth", device_key) or {}
     with run.stage("timing"):
         reply = worker.call("time", timing=opts, baselines=wanted, bandwidth_gbps=bandwidth.get("gbps"))
-    run.strict.add(reply)
+    if not run.strict.add(reply) or "timing" not in reply:
+        return
     block = reply["timing"]
     worker_ms = block.pop("stage_ms")
     run.stage_ms["baselines"] = round(worker_ms["baselines"], 3)

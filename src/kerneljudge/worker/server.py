@@ -16,6 +16,7 @@ import torch
 
 from kerneljudge.records import Finding
 from kerneljudge.worker import build, check, kernelbench, probes, timing_stage
+from kerneljudge.worker.failures import classify
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
 
@@ -75,8 +76,6 @@ class Server:
         try:
             problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
         except Exception as exc:  # noqa: BLE001 - the problem's own code
-            from kerneljudge.worker.failures import classify
-
             return _reply([classify(exc, stage="build", code="problem-error", what="importing the problem").finding])
         module, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
@@ -101,8 +100,13 @@ class Server:
         return _reply(outcome.findings, poisoned=outcome.poisoned, trials=[t.to_json() for t in outcome.trials])
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
-        block, found = timing_stage.run_timing(self.session, request["timing"], baselines=request["baselines"],
-                                               bandwidth_gbps=request.get("bandwidth_gbps"))
+        try:
+            block, found = timing_stage.run_timing(self.session, request["timing"], baselines=request["baselines"],
+                                                   bandwidth_gbps=request.get("bandwidth_gbps"))
+        except BaseException as exc:  # noqa: BLE001 - the candidate is called throughout timing
+            failure = classify(exc, stage="timing", code="forward-error", what="ModelNew.forward (while timed)",
+                               source_file=self.session.loaded.candidate.__file__)
+            return _reply([failure.finding], poisoned=failure.poisoned)
         return _reply(found, timing=block)
 
     def op_probe(self, request: dict[str, Any]) -> dict[str, Any]:

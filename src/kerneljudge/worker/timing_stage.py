@@ -68,6 +68,11 @@ def _timer(session: Session, opts: dict[str, Any], input_sets: int, hold_ms: flo
     return timing.HostTimer(session.guard.clock_ns, flush=timing.CpuCacheFlusher())
 
 
+def _stop(opts: dict[str, Any]) -> timing.StopRule:
+    return timing.StopRule(min_runs=opts["min_runs"], max_runs=opts["max_runs"], min_time_ms=opts["min_time_ms"],
+                           budget_ms=opts["budget_ms"], target_rel_sem=opts["target_rel_sem"])
+
+
 def time_model(session: Session, model, sets: list[list], expected: list | None, opts: dict[str, Any],
                findings: list[Finding], label: str) -> Timed:
     """Time `model` rotating over `sets`; with `expected`, check every Nth output against it.

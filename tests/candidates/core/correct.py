@@ -1,0 +1,15 @@
+"""Correct level2/51 candidate: the reference's computation, written out (a PyTorch rewrite)."""
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        y = self.gemm(x) - self.subtract
+        y = torch.mean(y, dim=1, keepdim=True)
+        return torch.nn.functional.gelu(y) + x

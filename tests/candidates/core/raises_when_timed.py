@@ -1,0 +1,18 @@
+"""Correct for the correctness trials, then raises once it has been called many times (during timing)."""
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 40:
+            raise RuntimeError("kj-fails-when-timed")
+        y = torch.mean(self.gemm(x) - self.subtract, dim=1, keepdim=True)
+        return torch.nn.functional.gelu(y) + x

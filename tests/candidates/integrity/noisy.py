@@ -1,0 +1,17 @@
+"""Row 15 exploit: random noise above the tolerance on every call."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        w_mean = self.gemm.weight.mean(0)
+        c = self.gemm.bias.mean() - self.subtract.mean()
+        out = x + F.gelu(x @ w_mean + c).unsqueeze(1)
+        return out + 1e-2 * torch.randn_like(out)

@@ -1,0 +1,349 @@
+"""Regression tests for every run-time probe and integrity behaviour (shared/reference/integrity-catalog.md).
+
+For each catalog row there is an exploit written for this suite (tests/candidates/integrity/) that the
+judge must fail with a named finding, and an honest control that must pass without a failing finding.
+All on the CPU with the seed problem level2/51 (preset small: batch 64, in 256, out 128). Side streams
+(row 7) are GPU-only: their candidates live in tests/candidates/gpu/ and run on a GPU; on the CPU the
+probe says it was skipped.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import CANDIDATES, SEED, codes, parse_json
+from kerneljudge import api
+
+INTEGRITY = CANDIDATES / "integrity"
+RELU = "level1/19"
+
+# Timing on, but short: a few hundred ms per timed function, no baselines (torch.compile on a CPU is slow).
+SHORT_TIMING = {"enabled": True, "baselines": False, "budget_ms": 400.0, "min_runs": 24, "min_time_ms": 0.0}
+
+
+def judge(options, name: str, problem: str = SEED, **changes):
+    """Evaluate tests/candidates/integrity/NAME.py, or a shipped solution given as "@variant"."""
+    solution = name if name.startswith("@") else INTEGRITY / f"{name}.py"
+    return api.evaluate(problem, solution, options.replace(**changes) if changes else options)
+
+
+def failing(result) -> set[str]:
+    return {f.code for f in result.findings if f.severity == "fail"}
+
+
+def messages(result, code: str) -> list[str]:
+    return [f.message for f in result.findings if f.code == code]
+
+
+def assert_caught(result, code: str) -> None:
+    assert result.verdict == "fail", (result.verdict, [(f.code, f.message) for f in result.findings])
+    assert code in codes(result), [(f.code, f.message) for f in result.findings]
+
+
+def assert_clean(result) -> None:
+    """Passes, with no failing finding and none of the warnings that would mean a false alarm."""
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert not failing(result)
+    assert not codes(result) & {"native-threads", "tampering", "lint-monkeypatch"}
+    assert all(t.passed for t in result.trials) and result.trials
+
+
+# --- honest controls ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("problem,solution", [(SEED, "@pytorch"), (SEED, "@triton"), (RELU, "@pytorch")])
+def test_shipped_solutions_raise_no_false_alarm(fast, problem, solution):
+    result = judge(fast, solution, problem=problem)
+    assert_clean(result)
+    skipped = messages(result, "probe-skipped")
+    assert len(skipped) == 1 and "streams" in skipped[0]  # row 7 is GPU-only
+    trace = result.probes["op_trace"]
+    if solution == "@triton":  # the interpreter's kernel object is found and counted
+        assert trace["own_kernels"] == ["_kj_l2_51_row_kernel"]
+        assert trace["own_calls"]["_kj_l2_51_row_kernel"] > 0
+        assert "pytorch-rewrite" not in codes(result)
+    else:
+        assert trace["own_kernels"] == [] and "pytorch-rewrite" in codes(result)
+
+
+def test_honest_rewrite_passes_every_probe(fast):
+    result = judge(fast, "honest")
+    assert_clean(result)
+    assert codes(result) - {"preset-used", "probe-skipped", "pytorch-rewrite"} == set()
+
+
+# --- row 1: stale parameters ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["stale_first_call", "stale_init"])
+def test_cached_parameters_are_stale_after_in_place_change_and_replacement(fast, name):
+    result = judge(fast, name)
+    assert_caught(result, "stale-parameters")
+    assert all(t.passed for t in result.trials)  # the strict trials alone do not see it
+    found = messages(result, "stale-parameters")
+    assert any("changed in place" in m for m in found) and any("replaced" in m for m in found)
+
+
+def test_cache_that_misses_replaced_parameter_objects(fast):
+    """Refreshes on in-place changes (version counters of the tensors it holds) but keeps the old
+    objects: only the replacement probe can see it."""
+    result = judge(fast, "stale_replaced")
+    assert_caught(result, "stale-parameters")
+    found = messages(result, "stale-parameters")
+    assert len(found) == 1 and "replaced" in found[0] and "in place" not in found[0]
+
+
+# The honest control of row 1 is the shipped @pytorch solution (cache keyed on id, _version,
+# data_ptr), judged in test_shipped_solutions_raise_no_false_alarm.
+
+
+# --- row 2: input mutation ------------------------------------------------------------------------------
+
+
+def test_input_mutation(fast):
+    result = judge(fast, "input_mutation")
+    assert_caught(result, "input-mutation")
+    assert all(t.passed for t in result.trials)  # the output itself is right
+    assert [f.stage for f in result.findings if f.code == "input-mutation"] == ["check"]
+
+
+# --- row 3: output aliasing -----------------------------------------------------------------------------
+
+
+def test_output_alias_of_a_module_buffer(fast):
+    result = judge(fast, "output_alias")
+    assert_caught(result, "output-alias")
+    assert failing(result) == {"output-alias"}
+    assert "buffer result" in messages(result, "output-alias")[0]
+
+
+# --- row 4: memo by address or identity -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["memo_address", "memo_identity"])
+def test_memo_by_address_or_identity(fast, name):
+    result = judge(fast, name)
+    assert_caught(result, "stale-inputs")
+    assert failing(result) == {"stale-inputs"}
+    assert all(t.passed for t in result.trials)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a memo keyed on a few sampled elements (plus the address) "
+                   "misses on every refilled buffer, so no probe sees it; timing rotates fixed input sets, so it "
+                   "turns timing into lookups")
+def test_memo_by_sampled_content(fast):
+    result = judge(fast, "memo_sampled")
+    assert result.verdict == "fail"
+
+
+# --- row 5: replay while being timed --------------------------------------------------------------------
+
+
+def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
+    result = judge(fast, "replay_after_warmup", timing=SHORT_TIMING)
+    assert all(t.passed for t in result.trials)  # honest through the trials and the probes ...
+    assert not failing(result) - {"timed-output-mismatch", "impossible-speed"}
+    assert_caught(result, "timed-output-mismatch")  # ... and caught while timed
+    assert result.timing["checked_outputs"] >= 2
+
+
+def test_honest_timing_control(fast):
+    result = judge(fast, "@pytorch", timing=SHORT_TIMING)
+    assert_clean(result)
+    assert not codes(result) & {"timed-output-mismatch", "impossible-speed"}
+    assert result.timing["checked_outputs"] >= 2
+
+
+# --- row 6: unwritten output (best effort on the CPU) ---------------------------------------------------
+
+
+def test_half_written_empty_output(fast):
+    result = judge(fast, "unwritten_half")
+    assert result.verdict == "fail"
+    assert codes(result) & {"unwritten-output", "output-nonfinite", "wrong-output"}
+
+
+# --- row 8: threads -------------------------------------------------------------------------------------
+
+
+def test_thread_that_writes_the_output_after_return(fast):
+    result = judge(fast, "thread_late_write")
+    assert result.verdict == "fail"
+    assert codes(result) & {"wrong-output", "output-nonfinite", "thread-spawn"}
+    assert "lint-threading" in codes(result)
+
+
+def test_thread_left_running_after_return(fast):
+    result = judge(fast, "thread_left_running")
+    assert_caught(result, "thread-spawn")
+    assert failing(result) == {"thread-spawn"}
+    assert "kj-test-helper" in messages(result, "thread-spawn")[0]
+    assert "lint-threading" in codes(result)
+
+
+# --- row 9: lazy outputs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,says", [("lazy_subclass", "subclass of torch.Tensor"),
+                                       ("lazy_object", "returned Deferred, not a tensor")])
+def test_lazy_outputs(fast, name, says):
+    result = judge(fast, name)
+    assert_caught(result, "output-type")
+    assert says in messages(result, "output-type")[0]
+
+
+# --- row 10: tampering ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,target", [
+    ("tamper_clock", "time.perf_counter"),
+    ("tamper_allclose", "torch.allclose"),
+    ("tamper_judge", "kerneljudge.worker.check.same_bits"),
+    ("tamper_disguised", "torch.allclose"),  # forged co_filename and __wrapped__: still not torch's wrapper
+])
+def test_tampering_at_import(fast, name, target):
+    result = judge(fast, name)
+    assert_caught(result, "tampering")
+    assert target in messages(result, "tampering")[0]
+    assert [f.severity for f in result.findings if f.code == "lint-monkeypatch"][:1] == ["warn"]
+
+
+# --- row 11: seeds --------------------------------------------------------------------------------------
+
+
+def _errors(result) -> tuple:
+    return tuple(t.max_abs_err for t in result.trials)
+
+
+def test_secret_seeds_differ_between_runs_and_a_given_seed_repeats(fast):
+    quick = fast.replace(probes=False, check={"trials": 2})
+    first, second = judge(quick, "honest"), judge(quick, "honest")
+    assert first.seed is None and first.to_json()["seed"] is None
+    assert _errors(first) != _errors(second)  # other inputs, so other errors
+    seeded = quick.replace(check={"trials": 2, "seed": 123})
+    third, fourth = judge(seeded, "honest"), judge(seeded, "honest")
+    assert third.to_json()["seed"] == 123
+    assert _errors(third) == _errors(fourth)
+
+
+def test_cli_json_shows_the_seed_only_when_given(kj):
+    path = str(INTEGRITY / "honest.py")
+    common = ("eval", SEED, path, "--device", "cpu", "--no-timing", "--no-probes", "--trials", "1", "--json",
+              "--no-store")
+    code, out, err = kj(*common, "--seed", "123")
+    assert code == 0, err
+    assert parse_json(out)["seed"] == 123
+    code, out, err = kj(*common)
+    assert code == 0, err
+    assert parse_json(out)["seed"] is None
+
+
+# --- row 12: static lint findings are warnings ----------------------------------------------------------
+
+
+def test_try_except_fallback_is_a_warning_only(fast):
+    result = judge(fast, "lint_fallback")
+    assert result.verdict == "pass"
+    assert not failing(result)
+    assert [f.severity for f in result.findings if f.code == "lint-fallback"] == ["warn"]
+
+
+# --- rows 12-13: op trace -------------------------------------------------------------------------------
+
+
+def test_decoy_triton_kernel(fast):
+    """Defined, never launched; forward computes with ops the reference never calls: a decoy."""
+    result = judge(fast, "decoy_triton")
+    assert_caught(result, "decoy-kernel")
+    assert failing(result) == {"decoy-kernel"}
+    trace = result.probes["op_trace"]
+    assert trace["own_calls"] == {"_row_kernel": 0}
+    assert trace["reference_ops_called"] == []
+
+
+def test_reference_fallback_triton(fast):
+    """Defined, never launched; forward runs the reference's own operations (nn.Linear's addmm and the
+    rest), so every heavy op of the reference shows up in its call: a reference fallback, not a decoy."""
+    result = judge(fast, "fallback_triton")
+    assert_caught(result, "reference-fallback")
+    assert "decoy-kernel" not in codes(result)
+    trace = result.probes["op_trace"]
+    assert trace["own_calls"] == {"_gemm_mean_kernel": 0}
+    assert trace["reference_ops_called"] == trace["reference_heavy_ops"] != []
+
+
+# --- row 14 (protocol): KernelBench's protocol passes what the strict one fails --------------------------
+
+
+def test_kernelbench_protocol_passes_stale_cache_but_reports_the_difference(fast):
+    result = judge(fast, "stale_first_call", protocol="kernelbench")
+    assert result.verdict == "pass"
+    difference = messages(result, "protocol-difference")
+    assert len(difference) == 1 and "stale-parameters" in difference[0]
+    found = next(f for f in result.findings if f.code == "protocol-difference")
+    assert found.details["kernelbench_verdict"] == "pass" and found.details["strict_verdict"] == "fail"
+
+
+def test_kernelbench_protocol_honest_control(fast):
+    result = judge(fast, "honest", protocol="kernelbench")
+    assert result.verdict == "pass"
+    assert "protocol-difference" not in codes(result) and not failing(result)
+
+
+# --- row 15: nondeterminism / garbage reads -------------------------------------------------------------
+
+
+def test_output_drifting_with_a_call_counter(fast):
+    result = judge(fast, "nondeterministic_counter")
+    assert_caught(result, "nondeterministic")
+    assert all(t.passed for t in result.trials)
+
+
+def test_random_noise_above_tolerance(fast):
+    result = judge(fast, "noisy")
+    assert_caught(result, "wrong-output")
+    assert not any(t.passed for t in result.trials)
+
+
+# --- row 16: impossible speed (the floor logic, in process) ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def timing_session():
+    """A worker session built in this process on the honest candidate (no subprocess: the floor logic
+    is what is tested, with the bandwidth given)."""
+    import torch
+
+    from kerneljudge.problem import load_problem
+    from kerneljudge.worker import build, check
+    from kerneljudge.worker.guard import Guard
+    from kerneljudge.worker.session import Session
+
+    problem = load_problem(SEED, preset="small", overrides=(), small_if_builtin=True)
+    module = build.import_problem(str(problem.path), problem.source, problem.constants)
+    candidate, failure = build._import(str(INTEGRITY / "honest.py"), "integrity-honest")
+    assert failure is None
+    session = Session(Guard.bind(), torch.device("cpu"), 1234, build.Loaded(module, candidate, candidate.ModelNew))
+    assert check.construct(session) is None
+    return session
+
+
+@pytest.mark.parametrize("bandwidth_gbps,impossible", [(1e-6, True), (1e6, False)])
+def test_impossible_speed_floor(timing_session, bandwidth_gbps, impossible):
+    """At an absurdly low bandwidth the floor is hours: any real time is under half of it. At an absurdly
+    high one it is nothing."""
+    from dataclasses import asdict
+
+    from kerneljudge.options import TimingOptions
+    from kerneljudge.worker import timing_stage
+
+    opts = {**asdict(TimingOptions()), **SHORT_TIMING, "budget_ms": 100.0, "min_runs": 5}
+    block, found = timing_stage.run_timing(timing_session, opts, baselines=[], bandwidth_gbps=bandwidth_gbps)
+    found_codes = {f.code for f in found}
+    assert ("impossible-speed" in found_codes) is impossible
+    assert "timed-output-mismatch" not in found_codes
+    floor = block["floor"]
+    assert floor["bytes"] == 2 * 64 * 256 * 4  # x read once, y written once (float32)
+    assert (block["candidate"]["median_ms"] < timing_stage.IMPOSSIBLE_FRACTION * floor["floor_ms"]) is impossible
