@@ -58,7 +58,7 @@ class TimingOptions:
     budget_ms: float = 1000.0
     target_rel_sem: float = 0.005
     input_sets: int = 4  # timed calls rotate among this many input sets
-    check_every: int = 8  # every Nth timed output is checked against the reference
+    checked_calls: int = 16  # timed outputs compared with the reference, at secret random positions
     cuda_graph: bool = False
     baselines: bool = True  # time the reference eager and under torch.compile
     compile_baseline: bool = True

@@ -23,6 +23,7 @@ from kerneljudge.records import Finding
 from kerneljudge.worker.session import Session, clone_args, synchronize
 
 HEAVY_SHARE = 0.10
+REFERENCE_CALLS = 3  # the reference is profiled over a few calls: one call's CPU times are noisy
 # Data movement and bookkeeping ops: never "the reference's computation".
 TRIVIAL_OPS = frozenset("""
 aten::empty aten::empty_like aten::empty_strided aten::view aten::reshape aten::_reshape_alias aten::copy_
@@ -153,7 +154,7 @@ def trace(session: Session, args: list) -> Trace:
         jit.run = _counting(calls, name, type(jit).run.__get__(jit))
         restore.append(lambda jit=jit: jit.__dict__.pop("run", None))
     try:
-        reference_ops = _profile(session, session.reference, args)[0]
+        reference_ops = _profile(session, session.reference, args, calls=REFERENCE_CALLS)[0]
         candidate_ops, records = _profile(session, session.candidate, args, bracket=True)
     finally:
         for undo in restore:
@@ -188,7 +189,8 @@ class KernelRecord:
     end_ns: int
 
 
-def _profile(session: Session, model, args: list, bracket: bool = False) -> tuple[dict[str, float], list[KernelRecord]]:
+def _profile(session: Session, model, args: list, bracket: bool = False,
+             calls: int = 1) -> tuple[dict[str, float], list[KernelRecord]]:
     """Time per op name (device time on a GPU, CPU self time otherwise) and the GPU kernels with streams.
 
     With `bracket` on a GPU, the caller's stream is held by a spin kernel while the call enqueues its
@@ -204,7 +206,8 @@ def _profile(session: Session, model, args: list, bracket: bool = False) -> tupl
     with profile(activities=activities) as prof:
         if on_gpu and bracket:
             torch.cuda._sleep(HOLD_CYCLES)
-        session.run(model, call_args)
+        for _ in range(calls):
+            session.run(model, call_args)
         if on_gpu and bracket:
             torch.cuda._sleep(1000)
         synchronize(session.device)

@@ -163,6 +163,9 @@ def probe_repeat(ctx: ProbeContext) -> list[Finding]:
     firsts, seconds = compare.as_tensors(first), compare.as_tensors(second)
     if firsts is None or seconds is None:
         return []
+    if any(_span_overlap(_span(a), _span(b)) for a in firsts for b in seconds):
+        return [Finding.of("output-alias", "the second call returned memory the first call's output still holds: "
+                           "each call overwrites the previous result", stage=STAGE)]
     atol, rtol = compare.tolerance(first, ctx.atol, ctx.rtol)
     for a, b in zip(firsts, seconds):
         if a.shape != b.shape or not torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True):
@@ -217,10 +220,8 @@ def _overlaps(out, args: list, model) -> str | None:
         owners += [(f"parameter {n}", p) for n, p in model.named_parameters()]
         owners += [(f"buffer {n}", b) for n, b in model.named_buffers()]
     for o in outs:
-        lo, hi = _span(o)
         for name, t in owners:
-            tlo, thi = _span(t)
-            if hi > lo and thi > tlo and lo < thi and tlo < hi:
+            if _span_overlap(_span(o), _span(t)):
                 return name
     return None
 
@@ -228,6 +229,10 @@ def _overlaps(out, args: list, model) -> str | None:
 def _span(t: torch.Tensor) -> tuple[int, int]:
     storage = t.untyped_storage()
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _span_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[1] > a[0] and b[1] > b[0] and a[0] < b[1] and b[0] < a[1]
 
 
 def probe_threads(ctx: ProbeContext) -> list[Finding]:

@@ -2,14 +2,15 @@
 
 GPU: CUDA events around each call, L2 flushed (2x its size) before each call outside the events,
 optionally CUDA-graph replays. CPU: the bound host clock, the last-level cache flushed the same way.
-Timed calls rotate among several input sets, and every `check_every`-th timed output is compared
-with the reference's output for its set right after its call (outside the timed region), so caching
-or skipping work while being timed cannot pay. The roofline floor (inputs read once, outputs written
+Timed calls rotate among several input sets that are refilled with new values each round, and
+timed outputs at secret random positions are compared with the reference's output right after their
+call (outside the timed region), so caching, replaying or skipping work while being timed cannot pay. The roofline floor (inputs read once, outputs written
 once, at the measured copy bandwidth) turns an impossible time into a failing finding.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,22 +19,25 @@ import torch
 from kerneljudge import timing
 from kerneljudge.records import Finding
 from kerneljudge.worker import compare
-from kerneljudge.worker.session import Session, derive_seed, synchronize
+from kerneljudge.worker.session import Session, clone_args, derive_seed, synchronize
 
 STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
+CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 
 
 class CheckedTimer:
-    """A timer that, after the timed interval, lets `after(index)` inspect the output of that call."""
+    """A timer with work of the judge's own before and after each timed interval (never inside it):
+    `before(index)` prepares the inputs of that call, `after(index)` inspects its output."""
 
-    def __init__(self, inner, after: Callable[[int], None]):
-        self.inner, self.after = inner, after
+    def __init__(self, inner, before: Callable[[int], None], after: Callable[[int], None]):
+        self.inner, self.before, self.after = inner, before, after
 
     def time_call(self, fn) -> float:
+        self.before(fn.index)
         elapsed = self.inner.time_call(fn)
         self.after(fn.index)
         return elapsed
@@ -73,9 +77,12 @@ def _stop(opts: dict[str, Any]) -> timing.StopRule:
                            budget_ms=opts["budget_ms"], target_rel_sem=opts["target_rel_sem"])
 
 
-def time_model(session: Session, model, sets: list[list], expected: list | None, opts: dict[str, Any],
-               findings: list[Finding], label: str) -> Timed:
-    """Time `model` rotating over `sets`; with `expected`, check every Nth output against it.
+def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], findings: list[Finding],
+               label: str, check: bool) -> Timed:
+    """Time `model` rotating over `sets`. From the second round on, each set is refilled in place with new
+    values before its turn (same buffers, new contents: memos by address or by sampled content stop
+    paying); with `check`, up to `checked_calls` outputs at secret random positions are compared with
+    the reference's output for the same inputs, computed right after the call (outside the timed region).
     On a GPU the events hold the call's device time: the host's overhead is measured first and the
     stream is held (a spin of twice that) while the host enqueues each call."""
     overhead_ms = 0.0
@@ -85,33 +92,51 @@ def time_model(session: Session, model, sets: list[list], expected: list | None,
                                                   clock_ns=session.guard.clock_ns,
                                                   sync=lambda: synchronize(session.device))
     timer = _timer(session, opts, len(sets), hold_ms=timing.hold_for(overhead_ms) if overhead_ms else 0.0)
-    outputs: dict[int, Any] = {}
-    checked = 0
-    every = max(1, int(opts["check_every"]))
+    chooser = random.Random(derive_seed(session.seed, f"timing-checks:{label}"))
+    used = set(range(len(sets))) if overhead_ms else set()  # sets whose values a call has seen
+    state = {"keep": False, "kept": None, "checked": 0, "refills": 0}
 
     def call(i: int):
         out = model(*sets[i % len(sets)])
-        if expected is not None and i % every == 0:
-            outputs[i] = out
+        if state["keep"]:
+            state["kept"] = out
         return out
 
+    def before(i: int) -> None:
+        k = i % len(sets)
+        if k in used:  # this set's values were seen: new values, same buffers
+            state["refills"] += 1
+            _refill(session, sets[k], derive_seed(session.seed, f"timing-refill:{label}", state["refills"]))
+        used.add(k)
+        state["keep"] = check and state["checked"] < opts["checked_calls"] and chooser.random() < CHECK_PROBABILITY
+
     def after(i: int) -> None:
-        nonlocal checked
-        out = outputs.pop(i, None)
-        if out is None:
-            return
-        checked += 1
-        reference = expected[i % len(sets)]
-        atol, rtol = compare.tolerance(reference, None, None)
-        result = compare.compare(i, out, reference, None, atol, rtol)
-        if not result.trial.passed and not any(f.code == "timed-output-mismatch" for f in findings):
-            findings.append(Finding.of("timed-output-mismatch", f"timed call {i} ({label}, input set "
-                                       f"{i % len(sets)}): {result.trial.message}", stage=STAGE, call=i))
+        out, state["kept"] = state["kept"], None
+        if out is not None:
+            state["checked"] += 1
+            _check_timed_output(session, i, out, sets[i % len(sets)], findings, label)
 
     with torch.inference_mode():
-        measurement = timing.measure(call, timer=CheckedTimer(timer, after), stop=_stop(opts),
+        measurement = timing.measure(call, timer=CheckedTimer(timer, before, after), stop=_stop(opts),
                                      warmup_runs=opts["warmup_runs"], wall_clock_ms=session.guard.wall_ms)
-    return Timed(measurement, checked, overhead_ms)
+    return Timed(measurement, state["checked"], overhead_ms)
+
+
+def _refill(session: Session, args: list, seed: int) -> None:
+    for buffer, fresh in zip(args, session.make_inputs(seed)):
+        if isinstance(buffer, torch.Tensor):
+            buffer.copy_(fresh)
+
+
+def _check_timed_output(session: Session, i: int, out, args: list, findings: list[Finding], label: str) -> None:
+    if any(f.code == "timed-output-mismatch" for f in findings):
+        return
+    expected = session.reference(*clone_args(args))
+    atol, rtol = compare.tolerance(expected, None, None)
+    result = compare.compare(i, out, expected, None, atol, rtol)
+    if not result.trial.passed:
+        findings.append(Finding.of("timed-output-mismatch", f"timed call {i} ({label}): {result.trial.message}",
+                                   stage=STAGE, call=i))
 
 
 def input_sets(session: Session, count: int) -> list[list]:
@@ -137,8 +162,8 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     started = session.guard.wall_ms()
     sets = input_sets(session, int(opts["input_sets"]))
     with torch.inference_mode():
-        expected = [session.reference(*s) for s in sets]
-    candidate = time_model(session, session.candidate, sets, expected, opts, findings, "candidate")
+        output_bytes = timing.tensor_bytes(session.reference(*clone_args(sets[0])))
+    candidate = time_model(session, session.candidate, sets, opts, findings, "candidate", check=True)
     stats = candidate.measurement.stats
     if stats.rel_sem > NOISY_FACTOR * opts["target_rel_sem"]:
         findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after "
@@ -160,7 +185,7 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     baselines_ms = session.guard.wall_ms() - started
     if bandwidth_gbps is None:
         bandwidth_gbps = copy_bandwidth_gbps(session)
-    moved = timing.tensor_bytes(sets[0]) + timing.tensor_bytes(expected[0])
+    moved = timing.tensor_bytes(sets[0]) + output_bytes
     floor_ms = timing.floor_time_ms(moved, bandwidth_gbps)
     block["floor"] = {"bytes": moved, "bandwidth_gbps": round(bandwidth_gbps, 2), "floor_ms": floor_ms,
                       "percent_of_light": timing.percent_of_light(stats.median_ms, floor_ms)}
@@ -183,7 +208,7 @@ def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any
         except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
             return None, f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     try:
-        timed = time_model(session, model, sets, None, opts, [], name)
+        timed = time_model(session, model, sets, opts, [], name, check=False)
     except Exception as exc:  # noqa: BLE001
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     return timed.measurement.stats.to_json(), None
