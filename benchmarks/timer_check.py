@@ -101,7 +101,10 @@ def pass_fail(ok: bool) -> str:
 
 
 def run_measure(fn: Callable[[], object], timer: T.CallTimer, stop: T.StopRule, warmup_runs: int) -> T.Measurement:
-    return T.measure(lambda i: fn(), timer=timer, stop=stop, warmup_runs=warmup_runs, wall_clock_ms=T.perf_counter_ms)
+    # at least 300 ms of warm-up: the first of five repeated bf16 matmul measurements ran 3.8% slow
+    # with a count-only warm-up (clocks and power settling after the copy benchmark)
+    return T.measure(lambda i: fn(), timer=timer, stop=stop, warmup_runs=warmup_runs, warmup_ms=300.0,
+                     wall_clock_ms=T.perf_counter_ms)
 
 
 def summary(m: T.Measurement) -> dict[str, Any]:

@@ -327,6 +327,21 @@ def test_cuda_event_timer_with_fake_events():
         T.CudaEventTimer(f2, calls_per_fn=0)
 
 
+def test_warmup_lasts_a_minimum_time_as_well_as_a_count():
+    clock = FakeClock()
+    seen = []
+
+    def fn(i):
+        seen.append(i)
+        clock.advance_ms(1.0)
+
+    timer = T.HostTimer(clock.ns)
+    m = T.measure(fn, timer=timer, stop=T.StopRule(min_runs=2, max_runs=2, min_time_ms=0, target_rel_sem=0),
+                  warmup_runs=2, warmup_ms=5.0, wall_clock_ms=clock.ms)
+    assert m.warmup_runs == 5  # 5 calls of 1 ms reach the 5 ms minimum; 2 would have met the count
+    assert len(m.samples_ms) == 2
+
+
 def test_cuda_event_timer_hold_runs_after_flush_and_outside_the_interval():
     clock, log = FakeClock(), []
     factory, _ = fake_event_factory(clock, log)

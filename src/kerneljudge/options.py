@@ -52,6 +52,7 @@ class TimingOptions:
 
     enabled: bool = True
     warmup_runs: int = 3
+    warmup_ms: float = 20.0  # and at least this long: GPU clocks ramp up from idle
     min_runs: int = 10
     max_runs: int = 1000
     min_time_ms: float = 100.0

@@ -247,7 +247,7 @@ def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
     device_key = cache.key(run.device, run.versions)
     baseline_key = cache.key(problem.sha256, problem.constants, device_key,
                              {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
-                                                   "target_rel_sem", "input_sets", "cuda_graph", "warmup_runs")})
+                                                   "target_rel_sem", "input_sets", "cuda_graph", "warmup_runs", "warmup_ms")})
     cached = cache.load(run.options.cache_dir, "baselines", baseline_key) or {}
     wanted = [n for n, on in (("eager", opts["baselines"]), ("compile", opts["baselines"] and opts["compile_baseline"]))
               if on and n not in cached]

@@ -791,10 +791,12 @@ def measure(
     stop: StopRule,
     warmup_runs: int,
     wall_clock_ms: Callable[[], float],
+    warmup_ms: float = 0.0,
 ) -> Measurement:
     """The one measurement loop.
 
-    Runs ``warmup_runs`` unrecorded calls, then timed calls until
+    Runs unrecorded warm-up calls (at least ``warmup_runs`` of them and at least ``warmup_ms`` of wall
+    time: GPU clocks ramp up from idle over milliseconds), then timed calls until
     ``stop.should_stop`` gives a reason.  Call ``i`` (counting from 0 in each
     phase) runs ``fn_for_iteration(i)``, so callers can rotate among input sets
     with ``inputs[i % len(inputs)]`` (defeats caching of results/inputs across
@@ -814,8 +816,11 @@ def measure(
         raise ValueError("timer must have time_call(fn) -> ms; pass HostTimer/CudaEventTimer/CudaGraphTimer")
 
     w0 = wall_clock_ms()
-    for i in range(warmup_runs):
+    i = 0
+    while i < warmup_runs or wall_clock_ms() - w0 < warmup_ms:  # both a count and a time (clocks ramp up)
         timer.time_call(IterationCall(fn_for_iteration, i))
+        i += 1
+    warmed = i
     t0 = wall_clock_ms()
 
     samples: list[float] = []
@@ -834,7 +839,7 @@ def measure(
         samples_ms=tuple(samples),
         stats=Stats.from_samples(samples),
         stop_reason=reason,
-        warmup_runs=warmup_runs,
+        warmup_runs=warmed,
         loop_wall_ms=t1 - t0,
         warmup_wall_ms=t0 - w0,
     )

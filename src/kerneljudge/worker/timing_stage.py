@@ -118,7 +118,8 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
 
     with torch.inference_mode():
         measurement = timing.measure(call, timer=CheckedTimer(timer, before, after), stop=_stop(opts),
-                                     warmup_runs=opts["warmup_runs"], wall_clock_ms=session.guard.wall_ms)
+                                     warmup_runs=opts["warmup_runs"], warmup_ms=opts["warmup_ms"],
+                                     wall_clock_ms=session.guard.wall_ms)
     return Timed(measurement, state["checked"], overhead_ms)
 
 
