@@ -9,7 +9,6 @@ probe says it was skipped.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -17,33 +17,7 @@ from kerneljudge.options import Options  # noqa: E402
 from kerneljudge.records import Result  # noqa: E402
 from kerneljudge.store import Store  # noqa: E402
 
-PROBLEM = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(n))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale)
-
-batch = 8
-n = 64
-PRESETS = {"tiny": {"batch": 2, "n": 16}}
-
-def get_inputs():
-    return [torch.randn(batch, n)]
-
-def get_init_inputs():
-    return [n]
-"""
-
-HEADER = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n" \
-         "    def __init__(self, n):\n        super().__init__()\n        self.scale = nn.Parameter(torch.randn(n))\n\n"
-GOOD = HEADER + "    def forward(self, x):\n        return torch.clamp_min(x * self.scale, 0.0)\n"
-WRONG = HEADER + "    def forward(self, x):\n        return x * self.scale\n"
+from scaled_relu import GOOD, PROBLEM, WRONG  # noqa: E402
 
 
 @pytest.fixture

@@ -23,34 +23,7 @@ from kerneljudge.options import Options
 from kerneljudge.records import Finding, Result, Trial, jsonsafe
 from kerneljudge.store import SCHEMA_VERSION, Store
 
-PROBLEM = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(n))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale)
-
-batch = 8
-n = 64
-
-def get_inputs():
-    return [torch.randn(batch, n)]
-
-def get_init_inputs():
-    return [n]
-"""
-
-HEADER = "import os\nimport torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n" \
-         "    def __init__(self, n):\n        super().__init__()\n        self.scale = nn.Parameter(torch.randn(n))\n\n"
-GOOD = HEADER + "    def forward(self, x):\n        return torch.clamp_min(x * self.scale, 0.0)\n"
-WRONG = HEADER + "    def forward(self, x):\n        return x * self.scale\n"
-EXITS = HEADER + "    def forward(self, x):\n        os._exit(3)\n"
-SYNTAX = HEADER + "    def forward(self x):\n        return x\n"
+from scaled_relu import EXITS, GOOD, PROBLEM, SYNTAX, WRONG  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -53,7 +53,7 @@ class ProbeContext:
         out64 = s.run(s.reference64, upcast(clone_args(args))) if s.reference64 is not None else None
         return out, out64
 
-    def mismatch(self, out, args: list, label: str) -> compare.Comparison | None:
+    def mismatch(self, out, args: list) -> compare.Comparison | None:
         """The failed comparison of `out` against the reference on `args`, or None if it matches."""
         expected, expected64 = self.expected(args)
         atol, rtol = compare.tolerance(expected, self.atol, self.rtol)
@@ -96,13 +96,7 @@ def probe_parameters_in_place(ctx: ProbeContext) -> list[Finding]:
                 shift = torch.rand(ref_t.shape, generator=generator, dtype=torch.float64) * 0.2 - 0.1
                 ref_t.add_(shift.to(ref_t.device, ref_t.dtype))
             cand_t.copy_(ref_t)
-    _refresh_reference64(s)
-    args = ctx.inputs("params-check")
-    failed = ctx.mismatch(ctx.call_candidate(clone_args(args)), args, "params")
-    if failed:
-        return [Finding.of("stale-parameters", "after the parameters were changed in place (both models alike), "
-                           f"the output no longer matches: {ctx.describe(failed)}", stage=STAGE)]
-    return []
+    return _stale_after(ctx, "params-check", "the parameters were changed in place")
 
 
 def probe_parameters_replaced(ctx: ProbeContext) -> list[Finding]:
@@ -116,27 +110,33 @@ def probe_parameters_replaced(ctx: ProbeContext) -> list[Finding]:
     ctx.call_candidate(ctx.inputs("replace-warm"))
     generator = torch.Generator().manual_seed(derive_seed(s.seed, "replace-values"))
     for name in names:
-        ref_owner, _, attr = _owner(s.reference, name)
-        cand_owner, _, _ = _owner(s.candidate, name)
+        ref_owner, attr = _owner(s.reference, name)
+        cand_owner, _ = _owner(s.candidate, name)
         old = getattr(ref_owner, attr)
         new = (torch.rand(old.shape, generator=generator, dtype=torch.float64) - 0.5).to(old.device, old.dtype)
         setattr(ref_owner, attr, torch.nn.Parameter(new.clone(), requires_grad=old.requires_grad))
         setattr(cand_owner, attr, torch.nn.Parameter(new.clone(), requires_grad=old.requires_grad))
-    _refresh_reference64(s)
-    args = ctx.inputs("replace-check")
-    failed = ctx.mismatch(ctx.call_candidate(clone_args(args)), args, "replace")
+    return _stale_after(ctx, "replace-check", "the parameter objects were replaced by new ones")
+
+
+def _stale_after(ctx: ProbeContext, label: str, change: str) -> list[Finding]:
+    """Once both models' parameters changed alike: on new inputs the candidate must match again."""
+    _refresh_reference64(ctx.session)
+    args = ctx.inputs(label)
+    failed = ctx.mismatch(ctx.call_candidate(clone_args(args)), args)
     if failed:
-        return [Finding.of("stale-parameters", "after the parameter objects were replaced by new ones (both models "
-                           f"alike), the output no longer matches: {ctx.describe(failed)}", stage=STAGE)]
+        return [Finding.of("stale-parameters", f"after {change} (both models alike), the output no longer "
+                           f"matches: {ctx.describe(failed)}", stage=STAGE)]
     return []
 
 
-def _owner(module: torch.nn.Module, dotted: str):
+def _owner(module: torch.nn.Module, dotted: str) -> tuple[torch.nn.Module, str]:
+    """The submodule holding the parameter `dotted` ("gemm.weight"), and the attribute name."""
     *path, attr = dotted.split(".")
     owner = module
     for part in path:
         owner = getattr(owner, part)
-    return owner, path, attr
+    return owner, attr
 
 
 def probe_refilled_inputs(ctx: ProbeContext) -> list[Finding]:
@@ -147,7 +147,7 @@ def probe_refilled_inputs(ctx: ProbeContext) -> list[Finding]:
     for buffer, new in zip(buffers, second):
         if isinstance(buffer, torch.Tensor):
             buffer.copy_(new)
-    failed = ctx.mismatch(ctx.call_candidate(buffers), second, "refill")
+    failed = ctx.mismatch(ctx.call_candidate(buffers), second)
     if failed:
         return [Finding.of("stale-inputs", "the same input tensors, refilled with new values, gave the previous "
                            f"output: {ctx.describe(failed)}", stage=STAGE)]

@@ -1,7 +1,6 @@
 """Row 13 exploit: a Triton kernel is defined, but forward computes in PyTorch (without the reference's ops)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import triton
 import triton.language as tl
