@@ -120,9 +120,18 @@ def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> 
     diff_finite = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
     n = o.numel()
     max_abs = float(diff_finite.max()) if n else 0.0
-    worst = tuple(int(i) for i in torch.unravel_index(diff_finite.argmax(), o.shape)) if n and o.dim() else ()
+    worst = _unravel(int(diff_finite.argmax()), tuple(o.shape)) if n and o.dim() else ()
     rel = diff_finite / t.abs().clamp_min(atol)
     return (not bool(bad.any())), int(bad.sum()), {
         "max_abs": max_abs, "sum_abs": float(diff_finite[torch.isfinite(diff_finite)].sum()) if n else 0.0,
         "count": n, "max_rel": float(rel.max()) if n else 0.0, "worst": worst, "nonfinite": nonfinite,
     }
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major index of element `flat` (torch.unravel_index imports torch._dynamo on first use: 2 s)."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))

@@ -87,14 +87,12 @@ def probe_parameters_in_place(ctx: ProbeContext) -> list[Finding]:
     if not pairs:
         return []
     ctx.call_candidate(ctx.inputs("params-warm"))  # let any cache fill with the current values
-    generator = torch.Generator().manual_seed(derive_seed(s.seed, "params-values"))
+    generator = torch.Generator(s.device).manual_seed(derive_seed(s.seed, "params-values"))
     with torch.no_grad():
         for ref_t, cand_t, is_parameter in pairs:
-            scale = torch.rand(ref_t.shape, generator=generator, dtype=torch.float64) + 0.5
-            ref_t.mul_(scale.to(ref_t.device, ref_t.dtype))
+            ref_t.mul_(_uniform(ref_t, generator, 0.5, 1.5))
             if is_parameter:
-                shift = torch.rand(ref_t.shape, generator=generator, dtype=torch.float64) * 0.2 - 0.1
-                ref_t.add_(shift.to(ref_t.device, ref_t.dtype))
+                ref_t.add_(_uniform(ref_t, generator, -0.1, 0.1))
             cand_t.copy_(ref_t)
     return _stale_after(ctx, "params-check", "the parameters were changed in place")
 
@@ -108,15 +106,22 @@ def probe_parameters_replaced(ctx: ProbeContext) -> list[Finding]:
     if not names:
         return []
     ctx.call_candidate(ctx.inputs("replace-warm"))
-    generator = torch.Generator().manual_seed(derive_seed(s.seed, "replace-values"))
+    generator = torch.Generator(s.device).manual_seed(derive_seed(s.seed, "replace-values"))
     for name in names:
         ref_owner, attr = _owner(s.reference, name)
         cand_owner, _ = _owner(s.candidate, name)
         old = getattr(ref_owner, attr)
-        new = (torch.rand(old.shape, generator=generator, dtype=torch.float64) - 0.5).to(old.device, old.dtype)
+        new = _uniform(old, generator, -0.5, 0.5)
         setattr(ref_owner, attr, torch.nn.Parameter(new.clone(), requires_grad=old.requires_grad))
         setattr(cand_owner, attr, torch.nn.Parameter(new.clone(), requires_grad=old.requires_grad))
     return _stale_after(ctx, "replace-check", "the parameter objects were replaced by new ones")
+
+
+def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
+    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
+    worth of float64 draws on the CPU takes seconds)."""
+    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+    return (values * (high - low) + low).to(like.dtype)
 
 
 def _stale_after(ctx: ProbeContext, label: str, change: str) -> list[Finding]:
@@ -155,11 +160,13 @@ def probe_refilled_inputs(ctx: ProbeContext) -> list[Finding]:
 
 
 def probe_repeat(ctx: ProbeContext) -> list[Finding]:
-    """Row 15: two calls on the same inputs must agree within tolerance (garbage reads, races)."""
+    """Row 15: two calls on the same values must agree within tolerance (garbage reads, races). The two
+    calls get separate copies, both alive, so they are equal in value and nothing else."""
     args = ctx.inputs("repeat")
-    first = ctx.call_candidate(clone_args(args))
+    first_args, second_args = clone_args(args), clone_args(args)
+    first = ctx.call_candidate(first_args)
     poison_free_memory(ctx.session.device, tensor_sizes(first))
-    second = ctx.call_candidate(clone_args(args))
+    second = ctx.call_candidate(second_args)
     firsts, seconds = compare.as_tensors(first), compare.as_tensors(second)
     if firsts is None or seconds is None:
         return []
