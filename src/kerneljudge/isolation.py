@@ -79,12 +79,12 @@ class WorkerProcess:
         try:
             channel.send(self.write_fd, {"op": op, **payload})
             reply = channel.receive(self.read_fd, self.deadline, self.clock)
-        except channel.ChannelTimeout:
+        except channel.ChannelTimeout as exc:
             self._kill()
             raise WorkerFailure(Finding.of("timeout", f"the worker ran past its {self.options.timeout_s:g} s limit "
-                                           f"during stage {op} and was stopped", stage=op), self.output_tail())
+                                           f"during stage {op} and was stopped", stage=op), self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
-            raise WorkerFailure(self._death(op, exc), self.output_tail())
+            raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
         if reply.get("poisoned"):
             self.dead = True
         return reply
