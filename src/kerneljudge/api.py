@@ -4,41 +4,46 @@
     check(problem, solution, options)     correctness and integrity, no timing (run_correctness)
     bench(problem, solution, options)     timing, after the checks that make a time meaningful
     submit(problem, solution, options)    evaluate plus a hidden re-check with secret seeds; recorded
+
+Each takes `pool=` (an isolation.WorkerPool) to run on pre-started workers when evaluating many
+candidates in a row.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import Options
 from kerneljudge.pipeline import evaluate as _evaluate
 from kerneljudge.records import Result
 
 
-def evaluate(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
-             **changes) -> Result:
+def evaluate(problem: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
+             pool: WorkerPool | None = None, **changes) -> Result:
     """Judge `solution` against `problem`. Keyword changes adjust the options: top-level fields as is
     (`device="cpu"`), nested groups as dicts (`check={"trials": 3}`, `timing={"enabled": False}`)."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options, verb="evaluate")
+    return _evaluate(problem, solution, options, verb="evaluate", pool=pool)
 
 
-def check(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
-          **changes) -> Result:
+def check(problem: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
+          pool: WorkerPool | None = None, **changes) -> Result:
     """Correctness and integrity only."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(timing={"enabled": False}), verb="check")
+    return _evaluate(problem, solution, options.replace(timing={"enabled": False}), verb="check", pool=pool)
 
 
-def bench(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
-          **changes) -> Result:
+def bench(problem: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
+          pool: WorkerPool | None = None, **changes) -> Result:
     """Timing (after a short correctness check: a time of a wrong kernel means nothing)."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(timing={"enabled": True}), verb="bench")
+    return _evaluate(problem, solution, options.replace(timing={"enabled": True}), verb="bench", pool=pool)
 
 
-def submit(problem: str | Path, solution: str | Path | None = None, options: Options | None = None,
-           **changes) -> Result:
+def submit(problem: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
+           pool: WorkerPool | None = None, **changes) -> Result:
     """The full strict evaluation plus a hidden re-check; the verdict is recorded."""
     options = (options or Options()).replace(**changes)
-    return _evaluate(problem, solution, options.replace(hidden_recheck=True, protocol="strict"), verb="submit")
+    return _evaluate(problem, solution, options.replace(hidden_recheck=True, protocol="strict"), verb="submit",
+                     pool=pool)

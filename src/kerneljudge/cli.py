@@ -18,6 +18,7 @@ from kerneljudge import findings as catalog
 from kerneljudge import report, suite
 from kerneljudge.cli_agents import history_command, mcp_command, show_command
 from kerneljudge.errors import KernelJudgeError
+from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir
 from kerneljudge.records import Result, jsonsafe
 
@@ -95,7 +96,8 @@ def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Optio
     from kerneljudge import api
 
     run = getattr(api, verb)
-    results = [run(problem, solution, options) for solution in (solutions or (None,))]
+    with WorkerPool(options.worker, spares=1 if len(solutions) > 1 else 0) as pool:
+        results = [run(problem, solution, options, pool=pool) for solution in (solutions or (None,))]
     sys.exit(emit(results, as_json))
 
 

@@ -47,7 +47,9 @@ class WorkerProcess:
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
 
     def __enter__(self) -> "WorkerProcess":
-        self.start()
+        if self.process is None:
+            self.start()
+        self.deadline = self.clock() + self.options.timeout_s  # a pre-started worker's time starts now
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -155,3 +157,42 @@ class WorkerProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+class WorkerPool:
+    """Pre-started workers for many evaluations in a row (several solutions, a batch, an RL loop).
+
+    A worker spends its first seconds importing torch and starting CUDA; a spare started while the
+    current evaluation runs has done that by the time it is taken. Every evaluation still gets a fresh
+    process: a spare is never one that ran candidate code."""
+
+    def __init__(self, options: WorkerOptions, *, spares: int = 1):
+        self.options = options
+        self.spares = spares
+        self.ready: list[WorkerProcess] = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def take(self) -> WorkerProcess:
+        """A worker to use as a context manager (started if a live spare was waiting), and a new spare."""
+        worker = None
+        while self.ready and worker is None:
+            spare = self.ready.pop(0)
+            if spare.process.poll() is None:
+                worker = spare
+            else:
+                spare.close()
+        while len(self.ready) < self.spares:
+            spare = WorkerProcess(self.options)
+            spare.start()
+            self.ready.append(spare)
+        return worker or WorkerProcess(self.options)
+
+    def close(self) -> None:
+        for spare in self.ready:
+            spare.close()
+        self.ready.clear()

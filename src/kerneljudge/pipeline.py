@@ -23,7 +23,7 @@ from typing import Any, Callable
 from kerneljudge import cache, lint, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
-from kerneljudge.isolation import WorkerFailure, WorkerProcess
+from kerneljudge.isolation import WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options
 from kerneljudge.problem import load_problem
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
@@ -110,8 +110,10 @@ def resolve_solution(solution: str | Path | None, problem: Problem, device_type:
 
 
 def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
-             verb: str = "evaluate", clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
+             verb: str = "evaluate", pool: WorkerPool | None = None,
+             clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
     """Judge one candidate against one problem, and record the result (options.store_path).
+    With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool).
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
@@ -137,7 +139,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
                                        if problem.preset else ""), stage="load"))
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
-        _judge_in_worker(run, problem, candidate, device, seed)
+        _judge_in_worker(run, problem, candidate, device, seed, pool)
     result = _result(run, problem, candidate, device, seed)
     if options.store_path is not None:
         _record(result, options, verb, candidate, solution)
@@ -157,9 +159,10 @@ def _record(result: Result, options: Options, verb: str, candidate: Candidate | 
         print(f"kerneljudge: warning: the result was not recorded: {exc}", file=sys.stderr)
 
 
-def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int) -> None:
+def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
+                     pool: WorkerPool | None) -> None:
     options = run.options
-    worker = WorkerProcess(options.worker)
+    worker = pool.take() if pool is not None else WorkerProcess(options.worker)
     try:
         with worker:
             with run.stage("worker"):

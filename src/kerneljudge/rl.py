@@ -24,6 +24,7 @@ from typing import Any
 
 from kerneljudge import api, report
 from kerneljudge.findings import CATALOG
+from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import DEFAULT_TOLERANCE, Options
 from kerneljudge.pipeline import resolve_device
 from kerneljudge.problem import load_problem
@@ -126,6 +127,11 @@ class KernelEnv:
         self.max_steps = max_steps
         self.steps = 0
         self._ready = False
+        self.pool = WorkerPool(self.options.worker)  # the next step's worker starts during this one
+
+    def close(self) -> None:
+        """Stop the pre-started worker."""
+        self.pool.close()
 
     def reset(self) -> dict[str, Any]:
         """Start an episode; return the task: problem name, reference source, the sizes a run uses,
@@ -160,7 +166,7 @@ class KernelEnv:
         with tempfile.TemporaryDirectory(prefix="kj-rl-") as folder:
             path = Path(folder) / "candidate.py"
             path.write_text(source)
-            result = verb(self.problem_ref, path, self.options)
+            result = verb(self.problem_ref, path, self.options, pool=self.pool)
         self.steps += 1
         reward, terms = reward_of(result, self.reward)
         done = self.steps >= self.max_steps

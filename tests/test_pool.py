@@ -1,0 +1,34 @@
+"""Pre-started workers: every evaluation still gets a fresh process, and the spare is started ahead."""
+
+from __future__ import annotations
+
+from conftest import CANDIDATES, SEED
+
+from kerneljudge import api
+from kerneljudge.isolation import WorkerPool
+
+
+def test_pool_hands_out_fresh_pre_started_workers(fast):
+    with WorkerPool(fast.worker) as pool:
+        first = pool.take()
+        assert first.process is None  # nothing was waiting yet: started on use
+        spare = pool.ready[0]
+        assert spare.process is not None and spare.process.poll() is None  # started ahead, alive
+        second = pool.take()
+        assert second is spare  # the spare is handed out ...
+        assert pool.ready and pool.ready[0] is not spare  # ... and another one started behind it
+        third = pool.ready[0]
+    assert third.process.poll() is not None or third.process.wait(timeout=10) is not None  # closed with the pool
+    with first, second:
+        assert first.call("ping", device="cpu")["device"]["type"] == "cpu"
+        assert second.call("ping", device="cpu")["device"]["type"] == "cpu"
+        assert first.process.pid != second.process.pid
+
+
+def test_evaluations_through_a_pool_never_share_a_process(fast):
+    good = CANDIDATES / "core" / "correct.py"
+    crash = CANDIDATES / "isolation" / "segfault.py"
+    with WorkerPool(fast.worker) as pool:
+        results = [api.check(SEED, path, fast, pool=pool) for path in (crash, good, good)]
+    assert [r.verdict for r in results] == ["error", "pass", "pass"]
+    assert results[0].findings and any(f.code == "worker-crashed" for f in results[0].findings)
