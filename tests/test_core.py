@@ -122,3 +122,28 @@ def test_api_same_seed_same_trials(fast):
     assert first.verdict == second.verdict == "fail"
     assert [t.max_abs_err for t in first.trials] == [t.max_abs_err for t in second.trials]
     assert [t.worst_index for t in first.trials] == [t.worst_index for t in second.trials]
+
+
+def test_problem_without_parameters_with_a_scalar_input_and_two_outputs(fast, tmp_path):
+    # no state_dict to load, a 0-dim tensor among the inputs, an integer input, a tuple output
+    problem = tmp_path / "scalar_problem.py"
+    problem.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x, scale, index):\n"
+        "        y = x * scale\n"
+        "        return y, y.index_select(0, index)\n\n"
+        "rows = 16\ncols = 8\n\n"
+        "def get_inputs():\n"
+        "    return [torch.randn(rows, cols), torch.tensor(0.5), torch.randint(0, rows, (4,))]\n\n"
+        "def get_init_inputs():\n"
+        "    return []\n")
+    candidate = tmp_path / "scalar_solution.py"
+    candidate.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def forward(self, x, scale, index):\n"
+        "        y = torch.mul(x, scale)\n"
+        "        return y, y[index]\n")
+    result = api.check(problem, candidate, fast)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity == "fail"]

@@ -218,6 +218,35 @@ def test_tampering_at_import(fast, name, target):
     assert [f.severity for f in result.findings if f.code == "lint-monkeypatch"][:1] == ["warn"]
 
 
+@pytest.mark.parametrize("name,says", [
+    ("tamper_code", "kerneljudge.worker.compare._close.__code__"),  # same object, new code
+    ("clock_via_gc", "the judge's bound clock"),  # the guard's own fields
+])
+def test_tampering_deeper_than_names(fast, name, says):
+    result = judge(fast, name, timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert_caught(result, "tampering")
+    assert any(says in m for m in messages(result, "tampering"))
+
+
+def test_forged_replies_on_the_result_channel(fast):
+    # every request carries a fresh nonce that its reply must echo: a message written by the candidate
+    # into the channel is seen as what it is, and the run stops there
+    result = judge(fast, "forge_channel", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert [f.code for f in result.findings if f.severity == "fail"] == ["tampering"]
+    assert "not the reply" in messages(result, "tampering")[0]
+    assert result.timing is None and not result.trials
+
+
+def test_skipping_work_when_it_sees_it_is_timed(fast):
+    # the candidate can see from its call stack that it is timed, but not which outputs are checked:
+    # that is drawn after each call returns
+    result = judge(fast, "skip_when_timed", timing={**SHORT_TIMING, "min_runs": 200})
+    assert all(t.passed for t in result.trials)
+    assert_caught(result, "timed-output-mismatch")
+
+
 # --- row 11: seeds --------------------------------------------------------------------------------------
 
 

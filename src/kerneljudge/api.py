@@ -36,7 +36,8 @@ def check(problem: str | Path, solution: str | Path | None = None, options: Opti
 
 def bench(problem: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
           pool: WorkerPool | None = None, **changes) -> Result:
-    """Timing (after a short correctness check: a time of a wrong kernel means nothing)."""
+    """Timing against the baselines, always after the full check and probes (a time of a wrong or
+    dishonest kernel means nothing): `evaluate` with timing forced on, recorded as "bench"."""
     options = (options or Options()).replace(**changes)
     return _evaluate(problem, solution, options.replace(timing={"enabled": True}), verb="bench", pool=pool)
 

@@ -4,7 +4,8 @@ One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/
 
     builds/<key>/      compiled extensions, one folder per content key (see worker/build.py)
     triton/            Triton's own kernel cache
-    baselines/<key>.json  reference eager/compile timings per problem, sizes, device, versions, stop rule
+    baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule
+                       (eager is timed in every run, and a cached compile time must stay plausible beside it)
     bandwidth/<key>.json  measured copy bandwidth per device and versions
 
 JSON entries are written atomically (temp file + rename), so a crash never leaves half an entry.
@@ -42,6 +43,10 @@ def save(cache_dir: Path, section: str, entry: str, data: dict[str, Any]) -> Non
     with os.fdopen(handle, "w") as out:
         json.dump(data, out)
     os.replace(temp, folder / f"{entry}.json")
+
+
+def clear_entry(cache_dir: Path, section: str, entry: str) -> None:
+    (cache_dir / section / f"{entry}.json").unlink(missing_ok=True)
 
 
 def info(cache_dir: Path) -> dict[str, Any]:

@@ -40,16 +40,18 @@ def evaluation_options(func):
                      help="Override a size constant of the problem (repeatable)."),
         click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--trials", default=CheckOptions.trials, show_default=True, help="Correctness trials."),
+        click.option("--trials", default=CheckOptions.trials, show_default=True, type=click.IntRange(min=1),
+                     help="Correctness trials."),
         click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
         click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
         click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
         click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True),
         click.option("--no-probes", is_flag=True, help="Skip the integrity probes (not for results you trust)."),
-        click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s, show_default=True,
-                     help="Seconds for the whole worker, build included."),
-        click.option("--memory-limit-mb", type=int, default=None, help="Worker memory limit on CPU runs."),
-        click.option("--budget-ms", type=float, default=TimingOptions.budget_ms, show_default=True,
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=WorkerOptions.timeout_s,
+                     show_default=True, help="Seconds for the whole worker, build included."),
+        click.option("--memory-limit-mb", type=click.IntRange(min=256), default=None,
+                     help="Worker memory limit on CPU runs."),
+        click.option("--budget-ms", type=click.FloatRange(min=1), default=TimingOptions.budget_ms, show_default=True,
                      help="Timing budget per timed function."),
         click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (launch-bound kernels)."),
         click.option("--no-baselines", is_flag=True, help="Do not time the reference baselines."),
@@ -96,8 +98,14 @@ def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Optio
     from kerneljudge import api
 
     run = getattr(api, verb)
-    with WorkerPool(options.worker, spares=1 if len(solutions) > 1 else 0) as pool:
-        results = [run(problem, solution, options, pool=pool) for solution in (solutions or (None,))]
+    try:
+        with WorkerPool(options.worker, spares=1 if len(solutions) > 1 else 0) as pool:
+            results = [run(problem, solution, options, pool=pool) for solution in (solutions or (None,))]
+    except KernelJudgeError as exc:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"verdict": "error", "error": str(exc)}))  # still one JSON object on stdout
+        sys.exit(2)
     sys.exit(emit(results, as_json))
 
 

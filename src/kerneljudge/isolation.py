@@ -10,6 +10,7 @@ or raises WorkerFailure carrying a finding that names what happened.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -78,8 +79,9 @@ class WorkerProcess:
         """Send one request; raise WorkerFailure if the worker cannot answer."""
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
+        nonce = secrets.token_hex(8)
         try:
-            channel.send(self.write_fd, {"op": op, **payload})
+            channel.send(self.write_fd, {"op": op, "nonce": nonce, **payload})
             reply = channel.receive(self.read_fd, self.deadline, self.clock)
         except channel.ChannelTimeout as exc:
             self._kill()
@@ -87,6 +89,11 @@ class WorkerProcess:
                                            f"during stage {op} and was stopped", stage=op), self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
+        if reply.get("nonce") != nonce:  # a message the worker's server did not send in answer to this request
+            self._kill()
+            raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a message "
+                                           "that was not the reply to the judge's request (forged by candidate code)",
+                                           stage=op), self.output_tail())
         if reply.get("poisoned"):
             self.dead = True
         return reply

@@ -244,16 +244,25 @@ def _hidden_recheck(run: Run, worker: WorkerProcess) -> bool:
     return ok
 
 
+# A cached torch.compile time is used only while it stays within this factor of the eager time measured
+# in the same run (the cache folder is writable by candidate code, so a cached figure is not trusted alone).
+COMPILE_PLAUSIBLE_FACTOR = 3.0
+CACHEABLE_REL_SEM = 0.02  # a baseline noisier than this is not cached
+
+
 def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
-    """Timing, with the baselines and the bandwidth taken from the cache when they were measured before."""
+    """Timing of the candidate and the baselines. The eager reference is timed in every run; the
+    torch.compile reference (slow to compile) and the copy bandwidth come from the cache when measured
+    before, checked against what this run measured."""
     opts = dataclasses.asdict(run.options.timing)
     device_key = cache.key(run.device, run.versions)
     baseline_key = cache.key(problem.sha256, problem.constants, device_key,
-                             {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
-                                                   "target_rel_sem", "input_sets", "cuda_graph", "warmup_runs", "warmup_ms")})
-    cached = cache.load(run.options.cache_dir, "baselines", baseline_key) or {}
-    wanted = [n for n, on in (("eager", opts["baselines"]), ("compile", opts["baselines"] and opts["compile_baseline"]))
-              if on and n not in cached]
+                             {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms", "target_rel_sem",
+                                                   "input_sets", "cuda_graph", "warmup_runs", "warmup_ms")})
+    cached_compile = (cache.load(run.options.cache_dir, "baselines", baseline_key) or {}).get("compile")
+    wanted = ["eager"] if opts["baselines"] else []
+    if opts["baselines"] and opts["compile_baseline"] and cached_compile is None:
+        wanted.append("compile")
     bandwidth = cache.load(run.options.cache_dir, "bandwidth", device_key) or {}
     with run.stage("timing"):
         reply = worker.call("time", timing=opts, baselines=wanted, bandwidth_gbps=bandwidth.get("gbps"))
@@ -263,17 +272,30 @@ def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
     worker_ms = block.pop("stage_ms")
     run.stage_ms["baselines"] = round(worker_ms["baselines"], 3)
     run.stage_ms["timing"] = round(run.stage_ms["timing"] - worker_ms["baselines"], 3)
-    fresh = {k: v for k, v in block["baselines"].items() if v is not None}
-    if fresh:
-        cache.save(run.options.cache_dir, "baselines", baseline_key, {**cached, **fresh})
     if not bandwidth:
         cache.save(run.options.cache_dir, "bandwidth", device_key, {"gbps": block["floor"]["bandwidth_gbps"]})
-    block["baselines"] = {**{k: v for k, v in cached.items() if opts["baselines"]}, **block["baselines"]}
-    block["baselines_cached"] = sorted(k for k in cached if k in block["baselines"])
+    baselines = block["baselines"]
+    if cached_compile is not None and opts["compile_baseline"]:
+        baselines["compile"] = _checked_compile(run, cached_compile, baselines.get("eager"), baseline_key)
+        block["baselines_cached"] = ["compile"] if baselines["compile"] else []
+    elif baselines.get("compile") and baselines["compile"]["rel_sem"] <= CACHEABLE_REL_SEM:
+        cache.save(run.options.cache_dir, "baselines", baseline_key, {"compile": baselines["compile"]})
     median = block["candidate"]["median_ms"]
     block["speedup"] = {name: round(stats["median_ms"] / median, 4)
-                        for name, stats in block["baselines"].items() if stats and median}
+                        for name, stats in baselines.items() if stats and median}
     run.timing = block
+
+
+def _checked_compile(run: Run, cached: dict[str, Any], eager: dict[str, Any] | None, key: str) -> dict | None:
+    """The cached torch.compile time if it is plausible beside this run's eager time; else none (and the
+    entry is dropped, so the next run measures it again)."""
+    if eager is None or cached["median_ms"] <= COMPILE_PLAUSIBLE_FACTOR * eager["median_ms"]:
+        return cached
+    cache.clear_entry(run.options.cache_dir, "baselines", key)
+    run.findings.append(Finding.of("baseline-unavailable", f"compile: the cached time {cached['median_ms']:.4g} ms is "
+                                   f"over {COMPILE_PLAUSIBLE_FACTOR:g}x this run's eager {eager['median_ms']:.4g} ms; "
+                                   "it was dropped and is measured again next run", stage="baselines"))
+    return None
 
 
 def _protocol_difference(run: Run) -> None:

@@ -4,28 +4,25 @@ Binds the judge's clocks first, then serves requests from the judge until the ch
 CUDA error poisons the process (then it answers once more and exits: it is never reused).
 """
 
+import os
+import sys
+
+from kerneljudge import channel
 from kerneljudge.worker.guard import Guard
-
-GUARD = Guard.bind()  # before anything else, above all before candidate code is imported
-
-import os  # noqa: E402
-import sys  # noqa: E402
-
-from kerneljudge import channel  # noqa: E402
-from kerneljudge.worker.server import Server  # noqa: E402
+from kerneljudge.worker.server import Server
 
 
 def main(argv: list[str]) -> int:
     read_fd, write_fd = int(argv[1]), int(argv[2])
-    server = Server(GUARD)
-    GUARD.refresh()  # torch and every judge module are imported now; the candidate is not
+    guard = Guard.bind()  # torch and every judge module are imported now; candidate code is not
+    server = Server(guard)
     while True:
         try:
             request = channel.receive(read_fd)
         except channel.ChannelClosed:
             return 0
         reply = server.handle(request)
-        channel.send(write_fd, reply)
+        channel.send(write_fd, {**reply, "nonce": request.get("nonce")})
         if reply.get("poisoned"):
             return 3
 

@@ -68,16 +68,17 @@ def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
 def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Path, device: str,
                      arch: str | None, clock_ms) -> tuple[types.ModuleType | None, Build, Classified | None]:
     """Import the candidate under its build cache folder; the failure, if any, comes back classified."""
-    key = build_key(sha256, target_arch(device, arch)) if kinds else None
-    started = clock_ms()
-    if key is None:
+    if not kinds:
+        started = clock_ms()
         module, failure = _import(path, sha256)
         return module, Build(clock_ms() - started, "none", None), failure
+    resolved_arch = target_arch(device, arch)
+    key = build_key(sha256, resolved_arch)
     folder = cache_dir / "builds" / key
     folder.mkdir(parents=True, exist_ok=True)
+    # this worker process exists for this candidate: its environment is where torch and triton look
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
-    resolved_arch = target_arch(device, arch)
     if resolved_arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
     with open(folder / "lock", "w") as lock:

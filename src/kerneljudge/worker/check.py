@@ -103,8 +103,8 @@ def same_bits(before: list, after: list) -> bool:
         if isinstance(a, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype:
                 return False
-            if not torch.equal(a.contiguous().view(torch.uint8) if a.numel() else a,
-                               b.contiguous().view(torch.uint8) if b.numel() else b):
+            if not torch.equal(a.reshape(-1).view(torch.uint8) if a.numel() else a,
+                               b.reshape(-1).view(torch.uint8) if b.numel() else b):
                 return False
     return True
 

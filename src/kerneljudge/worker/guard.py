@@ -46,11 +46,14 @@ class Guard:
     clock_ns: Callable[[], int]
     wall_ms: Callable[[], float]
     snapshot: dict[tuple[str, str], object] = field(default_factory=dict)
+    code: dict[tuple[str, str], object] = field(default_factory=dict)  # each watched function's code object
+    bound_clocks: tuple = ()
 
     @classmethod
     def bind(cls) -> "Guard":
         perf_counter_ns = time.perf_counter_ns
         guard = cls(clock_ns=perf_counter_ns, wall_ms=lambda: perf_counter_ns() / 1e6)
+        guard.bound_clocks = (guard.clock_ns, guard.wall_ms)
         guard.refresh()
         return guard
 
@@ -65,11 +68,20 @@ class Guard:
                 for attr, value in list(vars(module).items()):
                     if callable(value) and not attr.startswith("__"):
                         self.snapshot.setdefault((name, attr), value)
+        for key, value in self.snapshot.items():
+            if key[0].startswith("kerneljudge") and hasattr(value, "__code__"):
+                self.code.setdefault(key, value.__code__)
 
     def tampered(self) -> list[str]:
-        """Watched names whose object changed since they were bound."""
-        return sorted(f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
-                      if not _same(_lookup(module, dotted), value))
+        """Watched names whose object changed since they were bound, judge functions whose code was
+        swapped in place (`f.__code__ = ...`), and the guard's own clocks replaced."""
+        changed = {f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
+                   if not _same(_lookup(module, dotted), value)}
+        changed.update(f"{module}.{dotted}.__code__" for (module, dotted), code in self.code.items()
+                       if getattr(self.snapshot[(module, dotted)], "__code__", code) is not code)
+        if (self.clock_ns, self.wall_ms) != self.bound_clocks:
+            changed.add("the judge's bound clock")
+        return sorted(changed)
 
 
 def _same(current, bound) -> bool:

@@ -11,6 +11,7 @@ once, at the measured copy bandwidth) turns an impossible time into a failing fi
 from __future__ import annotations
 
 import random
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,7 +20,7 @@ import torch
 from kerneljudge import timing
 from kerneljudge.records import Finding
 from kerneljudge.worker import compare
-from kerneljudge.worker.session import Session, clone_args, derive_seed, synchronize
+from kerneljudge.worker.session import Session, clone_args, synchronize
 
 STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
@@ -92,27 +93,24 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
                                                   clock_ns=session.guard.clock_ns,
                                                   sync=lambda: synchronize(session.device))
     timer = _timer(session, opts, len(sets), hold_ms=timing.hold_for(overhead_ms) if overhead_ms else 0.0)
-    chooser = random.Random(derive_seed(session.seed, f"timing-checks:{label}"))
+    chooser = random.SystemRandom()  # not from the run's seed: nothing in the process can predict it
     used = set(range(len(sets))) if overhead_ms else set()  # sets whose values a call has seen
-    state = {"keep": False, "kept": None, "checked": 0, "refills": 0}
+    state = {"last": None, "checked": 0}
 
     def call(i: int):
-        out = model(*sets[i % len(sets)])
-        if state["keep"]:
-            state["kept"] = out
-        return out
+        state["last"] = model(*sets[i % len(sets)])
+        return state["last"]
 
     def before(i: int) -> None:
         k = i % len(sets)
         if k in used:  # this set's values were seen: new values, same buffers
-            state["refills"] += 1
-            _refill(session, sets[k], derive_seed(session.seed, f"timing-refill:{label}", state["refills"]))
+            _refill(session, sets[k])
         used.add(k)
-        state["keep"] = check and state["checked"] < opts["checked_calls"] and chooser.random() < CHECK_PROBABILITY
 
     def after(i: int) -> None:
-        out, state["kept"] = state["kept"], None
-        if out is not None:
+        # whether this output is checked is decided only now, after the call returned
+        out, state["last"] = state["last"], None
+        if check and state["checked"] < opts["checked_calls"] and chooser.random() < CHECK_PROBABILITY:
             state["checked"] += 1
             _check_timed_output(session, i, out, sets[i % len(sets)], findings, label)
 
@@ -123,8 +121,9 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
     return Timed(measurement, state["checked"], overhead_ms)
 
 
-def _refill(session: Session, args: list, seed: int) -> None:
-    for buffer, fresh in zip(args, session.make_inputs(seed)):
+def _refill(session: Session, args: list) -> None:
+    """New values into the same buffers, from a seed nothing in the process derives from the run's seed."""
+    for buffer, fresh in zip(args, session.make_inputs(secrets.randbits(63))):
         if isinstance(buffer, torch.Tensor):
             buffer.copy_(fresh)
 
@@ -141,11 +140,13 @@ def _check_timed_output(session: Session, i: int, out, args: list, findings: lis
 
 
 def input_sets(session: Session, count: int) -> list[list]:
-    """Up to `count` input sets, fewer when they would not fit INPUT_SET_BUDGET_BYTES."""
-    first = session.make_inputs(derive_seed(session.seed, "timing", 0))
+    """Up to `count` input sets, fewer when they would not fit INPUT_SET_BUDGET_BYTES. Their seeds are
+    fresh secrets, not derived from the run's seed: a candidate that found the run's seed in memory
+    still cannot compute timed inputs ahead of time."""
+    first = session.make_inputs(secrets.randbits(63))
     per_set = max(1, timing.tensor_bytes(first))
     count = max(1, min(count, INPUT_SET_BUDGET_BYTES // per_set))
-    return [first] + [session.make_inputs(derive_seed(session.seed, "timing", k)) for k in range(1, count)]
+    return [first] + [session.make_inputs(secrets.randbits(63)) for _ in range(1, count)]
 
 
 def copy_bandwidth_gbps(session: Session) -> float:
