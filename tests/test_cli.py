@@ -163,10 +163,13 @@ def test_malformed_problem_file_exits_2(kj, tmp_path):
 
 def test_unknown_constant_exits_2_listing_the_known_ones(kj):
     rc, out, err = kj("eval", SEED, cand("correct.py"), "--set", "nonexistent=3", *NO_TIMING, "--json")
-    assert rc == 2 and out == ""  # a usage error: the message on stderr, nothing on stdout
-    assert "nonexistent" in err
-    assert all(name in err for name in ("batch_size", "in_features", "out_features")), err
+    assert rc == 2  # a usage error: with --json, still exactly one JSON object on stdout
+    result = parse_json(out)
+    assert result["verdict"] == "error" and "nonexistent" in result["error"]
+    assert all(name in result["error"] for name in ("batch_size", "in_features", "out_features")), out
     assert "Traceback" not in err
+    rc, out, err = kj("eval", SEED, cand("correct.py"), "--set", "nonexistent=3", *NO_TIMING)
+    assert rc == 2 and out == "" and "nonexistent" in err  # without --json: the message on stderr
 
 
 def test_unknown_device_exits_2(kj):
@@ -247,8 +250,9 @@ def test_shipped_cpp_solution_builds_and_passes(kj):
 
 def test_unknown_variant_exits_2(kj):
     rc, out, err = kj("eval", "level1/19", "@triton", *NO_TIMING, "--json")
-    assert rc == 2 and out == ""
-    assert "triton" in err and "cpp" in err and "pytorch" in err
+    assert rc == 2
+    message = parse_json(out)["error"]
+    assert "triton" in message and "cpp" in message and "pytorch" in message
 
 
 # --- 7. problems ---------------------------------------------------------------------------------------
