@@ -142,7 +142,7 @@ def test_memo_by_sampled_content_never_hits_while_timed(fast):
     # on a hit), and memo_sampled.py is just an honest, slower candidate
     witness = judge(fast, "memo_hit_raises", timing=SHORT_TIMING)
     assert witness.verdict == "pass", [f.message for f in witness.findings if f.severity == "fail"]
-    assert witness.timing["candidate"]["n"] >= 24
+    assert witness.timing["candidate"]["n"] > 4  # more calls than input sets: every set came round again
     assert judge(fast, "memo_sampled", timing=SHORT_TIMING).verdict == "pass"
 
 

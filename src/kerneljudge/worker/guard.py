@@ -26,7 +26,7 @@ WATCHED = (
     ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "Event.record"),
     ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"), ("torch.cuda", "current_stream"),
     ("torch.cuda", "Stream.synchronize"), ("torch.cuda", "graphs.CUDAGraph.replay"),
-    ("torch.profiler", "profile"),
+    ("torch.profiler", "profile"), ("torch", "autograd.profiler.profile"),
 )
 
 

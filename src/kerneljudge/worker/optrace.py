@@ -197,13 +197,14 @@ def _profile(session: Session, model, args: list, bracket: bool = False,
     work, and a second spin is launched right after the call returns: work on another stream that
     starts during the first spin did not wait for the caller's stream, and work that ends after the
     second spin started was not joined back to it."""
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler, not torch.profiler: the latter imports torch._inductor on every start
+    # (about 1 s on a CPU and 2.7 s on the H200, measured with benchmarks/judge_cost.py)
+    from torch.autograd.profiler import profile
 
     on_gpu = session.device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     call_args = clone_args(args)
     synchronize(session.device)
-    with profile(activities=activities) as prof:
+    with profile(use_kineto=True, use_device="cuda" if on_gpu else None) as prof:
         if on_gpu and bracket:
             torch.cuda._sleep(HOLD_CYCLES)
         for _ in range(calls):
@@ -218,7 +219,7 @@ def _profile(session: Session, model, args: list, bracket: bool = False,
         times[event.key] = float(gpu_time if on_gpu else event.self_cpu_time_total)
     records = []
     if on_gpu:
-        for event in prof.profiler.kineto_results.events():
+        for event in prof.kineto_results.events():
             if str(event.device_type()).endswith("CUDA") and not event.name().startswith(("Memcpy", "Memset")):
                 start = int(event.start_ns())
                 records.append(KernelRecord(event.name(), int(event.device_resource_id()), start,

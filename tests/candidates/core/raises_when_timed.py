@@ -1,6 +1,18 @@
-"""Correct for the correctness trials, then raises once it has been called many times (during timing)."""
+"""Correct through the correctness trials and the probes, then raises as soon as it is being timed
+(it looks for the judge's timing stage on its call stack)."""
+import sys
+
 import torch
 import torch.nn as nn
+
+
+def _being_timed() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("timing_stage.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class ModelNew(nn.Module):
@@ -8,11 +20,9 @@ class ModelNew(nn.Module):
         super().__init__()
         self.gemm = nn.Linear(in_features, out_features, bias=bias)
         self.subtract = nn.Parameter(torch.randn(out_features))
-        self.calls = 0
 
     def forward(self, x):
-        self.calls += 1
-        if self.calls > 40:
+        if _being_timed():
             raise RuntimeError("kj-fails-when-timed")
         y = torch.mean(self.gemm(x) - self.subtract, dim=1, keepdim=True)
         return torch.nn.functional.gelu(y) + x
