@@ -27,6 +27,8 @@ POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
 
 @dataclass
 class CheckOutcome:
+    """What a check stage found: the trials, the findings, and whether the process must be dropped."""
+
     trials: list[Trial] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     poisoned: bool = False

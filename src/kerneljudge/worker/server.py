@@ -6,8 +6,6 @@ always carries `findings` (dicts) and `poisoned`; stage data is under the stage'
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 import traceback
 from pathlib import Path
 from typing import Any
@@ -15,13 +13,17 @@ from typing import Any
 import torch
 
 from kerneljudge.records import Finding
-from kerneljudge.worker import build, check, kernelbench, probes, timing_stage
+from kerneljudge.worker import build, check, kernelbench, machine, probes, timing_stage
 from kerneljudge.worker.failures import classify
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
 
 
 class Server:
+    """Answers the judge's requests in order, for one candidate: build, then check, probe and time on
+    the Session that build created. Each reply is data; a tampering finding is added to any reply after
+    which the guard sees something changed."""
+
     def __init__(self, guard: Guard):
         self.guard = guard
         self.session: Session | None = None
@@ -55,13 +57,13 @@ class Server:
                 return _reply([], error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
             torch.cuda.set_device(device.index or 0)
         else:
-            limit_memory(request.get("memory_limit_mb"))
-        return _reply([], device=describe_device(device), versions=versions())
+            machine.limit_memory(request.get("memory_limit_mb"))
+        return _reply([], device=machine.describe_device(device), versions=machine.versions())
 
     def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
         """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
         candidate = request["candidate"]
-        interpret_triton(torch.device(request["device"]), candidate["kinds"])
+        machine.interpret_triton(torch.device(request["device"]), candidate["kinds"])
         _, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
             device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms)
@@ -70,7 +72,7 @@ class Server:
 
     def op_build(self, request: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(request["device"])
-        interpret_triton(device, request["candidate"]["kinds"])
+        machine.interpret_triton(device, request["candidate"]["kinds"])
         problem = request["problem"]
         candidate = request["candidate"]
         try:
@@ -112,49 +114,6 @@ class Server:
     def op_probe(self, request: dict[str, Any]) -> dict[str, Any]:
         found, info, poisoned = probes.run_probes(self.session, atol=request.get("atol"), rtol=request.get("rtol"))
         return _reply(found, poisoned=poisoned, probe_info=info)
-
-
-def interpret_triton(device: torch.device, kinds: list[str]) -> None:
-    """Triton kernels on a CPU run through Triton's interpreter (set before triton is imported)."""
-    if device.type == "cpu" and "triton" in kinds:
-        os.environ["TRITON_INTERPRET"] = "1"
-
-
-def limit_memory(limit_mb: int | None) -> None:
-    """An address-space limit for CPU runs (75% of RAM unless given): a runaway allocation fails with an
-    out-of-memory error instead of taking the machine down. Not on GPUs: CUDA maps far more virtual
-    memory than it uses."""
-    import resource
-
-    import psutil
-
-    limit = (limit_mb or int(psutil.virtual_memory().total * 0.75 / 2**20)) * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def describe_device(device: torch.device) -> dict[str, Any]:
-    import platform
-
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return {"type": "cuda", "name": props.name, "index": device.index or 0,
-                "capability": f"{props.major}.{props.minor}", "memory_gb": round(props.total_memory / 1e9, 1),
-                "multiprocessors": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None)}
-    return {"type": "cpu", "name": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
-
-
-def versions() -> dict[str, str]:
-    import platform
-
-    import kerneljudge
-
-    found = {"kerneljudge": kerneljudge.__version__, "python": platform.python_version(), "torch": torch.__version__,
-             "cuda": str(torch.version.cuda)}
-    try:  # not `import triton`: TRITON_INTERPRET must be set before triton is first imported
-        found["triton"] = importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return found
 
 
 def _reply(findings: list[Finding], poisoned: bool = False, **data: Any) -> dict[str, Any]:

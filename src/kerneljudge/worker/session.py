@@ -44,6 +44,9 @@ def synchronize(device: torch.device) -> None:
 
 @dataclass
 class Session:
+    """One candidate's evaluation inside a worker: the modules, the three models (reference, candidate,
+    reference in float64) once check has built them, the device and the run's seed."""
+
     guard: Guard
     device: torch.device
     seed: int

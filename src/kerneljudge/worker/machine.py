@@ -1,0 +1,56 @@
+"""What the worker runs on: the device it describes, the versions it reports, and the process settings
+it makes for itself before candidate code is imported (a memory limit on CPU runs, Triton's interpreter
+for Triton candidates on a CPU)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from typing import Any
+
+import torch
+
+
+def interpret_triton(device: torch.device, kinds: list[str]) -> None:
+    """Triton kernels on a CPU run through Triton's interpreter (set before triton is imported)."""
+    if device.type == "cpu" and "triton" in kinds:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def limit_memory(limit_mb: int | None) -> None:
+    """An address-space limit for CPU runs (75% of RAM unless given): a runaway allocation fails with an
+    out-of-memory error instead of taking the machine down. Not on GPUs: CUDA maps far more virtual
+    memory than it uses."""
+    import resource
+
+    import psutil
+
+    limit = (limit_mb or int(psutil.virtual_memory().total * 0.75 / 2**20)) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def describe_device(device: torch.device) -> dict[str, Any]:
+    """Name and size of the device (CPU: processor and torch's thread count)."""
+    import platform
+
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return {"type": "cuda", "name": props.name, "index": device.index or 0,
+                "capability": f"{props.major}.{props.minor}", "memory_gb": round(props.total_memory / 1e9, 1),
+                "multiprocessors": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None)}
+    return {"type": "cpu", "name": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+
+
+def versions() -> dict[str, str]:
+    """kerneljudge, Python, torch, CUDA and (if installed) Triton versions."""
+    import platform
+
+    import kerneljudge
+
+    found = {"kerneljudge": kerneljudge.__version__, "python": platform.python_version(), "torch": torch.__version__,
+             "cuda": str(torch.version.cuda)}
+    try:  # not `import triton`: TRITON_INTERPRET must be set before triton is first imported
+        found["triton"] = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return found
