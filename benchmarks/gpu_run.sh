@@ -9,7 +9,7 @@ kj() { python -m kerneljudge "$@"; }
 step() { echo; echo "=== $* ($(date +%T))"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-for part in ${PARTS:-build timer seed judge exploits cost}; do case $part in
+for part in ${PARTS:-build timer seed judge exploits cost served}; do case $part in
 build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
   kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
      benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
@@ -46,5 +46,17 @@ profile) step "where the judge's time goes (worker stages in-process under cProf
 cost) step "judge cost: strict eval of the built CUDA solution at full size, warm caches (wall time)"
   TIMEFORMAT="wall %R s"
   for i in 1 2; do time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/cost_$i.json"; done
-  python -c "import json; r=json.load(open('$OUT/cost_2.json')); print(r['verdict'], r['stage_ms'], r['build'])" ;;
+  python -c "import json; r=json.load(open('$OUT/cost_2.json')); print(r['verdict'], r['stage_ms'], r['build'])"
+  echo "floor: a bare python that imports torch and starts a CUDA context"
+  time python -c "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+  echo "two evaluations in one command (the second one's worker starts when the first ends)"
+  time python -m kerneljudge eval l2/51 @cuda @cuda --json > "$OUT/cost_pool.json"
+  python -c "import json; [print(r['verdict'], r['stage_ms']) for r in json.load(open('$OUT/cost_pool.json'))['results']]" ;;
+served) step "judge cost through \`kerneljudge serve\` (a worker kept started between CLI calls; each call comes 8 s after the last)"
+  kj serve > "$OUT/serve.log" 2>&1 & server=$!
+  until kj serve --status > /dev/null; do sleep 0.2; done
+  TIMEFORMAT="wall %R s"
+  for i in 1 2 3; do sleep 8; time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/served_$i.json"; done
+  for i in 1 2 3; do python -c "import json; r=json.load(open('$OUT/served_$i.json')); print(r['verdict'], r['stage_ms'])"; done
+  kj serve --status; kill $server; wait $server; cat "$OUT/serve.log" ;;
 esac; done

@@ -37,7 +37,8 @@ def kj(cache_dir, tmp_path):
 
     def run(*args: str, timeout: float = 300, env: dict | None = None):
         environment = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
-                       "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite"), **(env or {})}
+                       "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite"),
+                       "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock"), **(env or {})}
         done = subprocess.run([sys.executable, "-m", "kerneljudge", *args], capture_output=True, text=True,
                               timeout=timeout, env=environment)
         return done.returncode, done.stdout, done.stderr

@@ -9,15 +9,17 @@ from kerneljudge.isolation import WorkerPool
 
 
 def test_pool_hands_out_fresh_pre_started_workers(fast):
-    with WorkerPool(fast.worker) as pool:
-        first = pool.take()
-        assert first.process is None  # nothing was waiting yet: started on use
+    with WorkerPool() as pool:
+        first = pool.take(fast.worker)
+        assert first.process is None and not pool.ready  # nothing was waiting: started on use, no spare yet
+        pool.fill()  # what an evaluation does when it ends
         spare = pool.ready[0]
         assert spare.process is not None and spare.process.poll() is None  # started ahead, alive
-        second = pool.take()
-        assert second is spare  # the spare is handed out ...
-        assert pool.ready and pool.ready[0] is not spare  # ... and another one started behind it
+        second = pool.take(fast.worker)
+        assert second is spare and not pool.ready  # the spare is handed out; no new one during the evaluation
+        pool.fill()
         third = pool.ready[0]
+        assert third is not spare
     assert third.process.poll() is not None or third.process.wait(timeout=10) is not None  # closed with the pool
     with first, second:
         assert first.call("ping", device="cpu")["device"]["type"] == "cpu"
@@ -28,7 +30,7 @@ def test_pool_hands_out_fresh_pre_started_workers(fast):
 def test_evaluations_through_a_pool_never_share_a_process(fast):
     good = CANDIDATES / "core" / "correct.py"
     crash = CANDIDATES / "isolation" / "segfault.py"
-    with WorkerPool(fast.worker) as pool:
+    with WorkerPool() as pool:
         results = [api.check(SEED, path, fast, pool=pool) for path in (crash, good, good)]
     assert [r.verdict for r in results] == ["error", "pass", "pass"]
     assert results[0].findings and any(f.code == "worker-crashed" for f in results[0].findings)

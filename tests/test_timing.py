@@ -79,7 +79,7 @@ class FakeEvent:
 
 
 def fake_event_factory(clock: FakeClock, log: list):
-    names = iter(["start", "end", "extra1", "extra2"])
+    names = iter(["start", "end"] + [f"{kind}{k}" for k in range(1, 8) for kind in ("start", "end")])
     made = []
 
     def factory() -> FakeEvent:
@@ -355,15 +355,55 @@ def test_cuda_event_timer_hold_runs_after_flush_and_outside_the_interval():
     assert log[:3] == ["flush", "hold", "start.record"]
 
 
+def test_batched_event_timer_enqueues_calls_back_to_back_and_waits_once():
+    clock, log = FakeClock(), []
+    factory, made = fake_event_factory(clock, log)
+    timer = T.CudaEventTimer(factory, lambda: log.append("flush"), hold=lambda: log.append("hold"), batch=3)
+    calls = [T.IterationCall(lambda i: (log.append(f"fn{i}"), clock.advance_ms(i + 1.0)), i) for i in range(3)]
+    assert timer.time_calls(calls, before=lambda i: log.append(f"before{i}")) == pytest.approx([1.0, 2.0, 3.0])
+    assert log == ["before0", "flush", "hold", "start.record", "fn0", "end.record",  # one hold, for the batch
+                   "before1", "flush", "start1.record", "fn1", "end1.record",
+                   "before2", "flush", "start2.record", "fn2", "end2.record", "end2.synchronize"]  # one wait
+    assert len(made) == 6
+    log.clear()
+    assert timer.time_calls(calls[:1]) == pytest.approx([1.0])  # a shorter batch waits on its own last event
+    assert log[-1] == "end.synchronize"
+    with pytest.raises(ValueError, match="1 to 3 calls"):
+        timer.time_calls(calls + calls)
+
+
+def test_measure_in_batches_runs_hooks_outside_the_intervals_and_cuts_at_max_runs():
+    clock, log = FakeClock(), []
+    factory, _ = fake_event_factory(clock, log)
+    timer = T.CudaEventTimer(factory, batch=4)
+    stop = T.StopRule(min_runs=6, max_runs=6, min_time_ms=0, budget_ms=1e6, target_rel_sem=0)
+    events = []
+
+    def fn(i):
+        events.append(("call", i))
+        clock.advance_ms(1.0 + i)
+
+    m = T.measure(fn, timer=timer, stop=stop, warmup_runs=1, wall_clock_ms=clock.ms,
+                  before=lambda i: events.append(("before", i)), after=lambda i: events.append(("after", i)))
+    assert m.warmup_runs == 4  # a whole batch
+    assert m.samples_ms == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)  # 8 calls ran, cut at max_runs
+    timed = events[12:]  # after the warm-up batch's 12 events
+    assert timed[:12] == [("before", 0), ("call", 0), ("before", 1), ("call", 1), ("before", 2), ("call", 2),
+                          ("before", 3), ("call", 3), ("after", 0), ("after", 1), ("after", 2), ("after", 3)]
+
+
 def test_host_overhead_and_hold_length():
     clock = FakeClock()
-    syncs = []
-    overhead = T.host_overhead_ms(lambda i: clock.advance_ms(0.25), clock_ns=clock.ns, sync=lambda: syncs.append(1),
-                                  calls=8)
+    log = []
+    overhead = T.host_overhead_ms(lambda i: (log.append(f"call{i}"), clock.advance_ms(0.25)), clock_ns=clock.ns,
+                                  sync=lambda: log.append("sync"), calls=8, hold=lambda: log.append("hold"))
     assert overhead == pytest.approx(0.25)
-    assert len(syncs) == 2  # before the calls, and after them (outside the measured span)
+    # the device is held before the calls, which queue behind it; syncs outside the measured span
+    assert log == ["sync", "hold"] + [f"call{i}" for i in range(8)] + ["sync"]
     assert T.hold_for(0.25) == pytest.approx(0.52)
-    assert T.hold_for(10.0) == 2.0  # capped
+    assert T.hold_for(0.25, calls=4) == pytest.approx(4 * 0.52)  # a batch of four calls
+    assert T.hold_for(T.HOLD_MAX_OVERHEAD_MS) == 0.0  # not launch-bound: a hold would only idle the GPU
+    assert T.hold_for(0.0) == 0.0
 
 
 def test_cuda_event_timer_drives_measure_loop():

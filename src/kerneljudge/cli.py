@@ -16,10 +16,10 @@ from rich.markup import escape
 
 from kerneljudge import findings as catalog
 from kerneljudge import report, suite
-from kerneljudge.cli_agents import history_command, mcp_command, show_command
+from kerneljudge.cli_agents import history_command, mcp_command, serve_command, show_command
 from kerneljudge.errors import KernelJudgeError
-from kerneljudge.isolation import WorkerPool
-from kerneljudge.options import CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir
+from kerneljudge.options import (CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir,
+                                 default_server_socket)
 from kerneljudge.records import Result, jsonsafe
 
 
@@ -60,6 +60,8 @@ def evaluation_options(func):
         click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
         click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
         click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout."),
+        click.option("--no-server", is_flag=True,
+                     help="Evaluate in this process even when `kerneljudge serve` is running."),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -94,19 +96,37 @@ def emit(results: list[Result], as_json: bool) -> int:
     return max(r.exit_code for r in results)
 
 
-def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Options, as_json: bool) -> None:
-    from kerneljudge import api
-
-    run = getattr(api, verb)
+def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Options, kw: dict) -> None:
+    """Evaluate each solution (through `kerneljudge serve` when one is running), print, exit."""
+    as_json = kw["as_json"]
     try:
-        with WorkerPool(options.worker, spares=1 if len(solutions) > 1 else 0) as pool:
-            results = [run(problem, solution, options, pool=pool) for solution in (solutions or (None,))]
+        results = _evaluate_all(verb, problem, solutions, options,
+                                None if kw["no_server"] else default_server_socket(), as_json)
     except KernelJudgeError as exc:
         if not as_json:
             raise
         click.echo(json.dumps({"verdict": "error", "error": str(exc)}))  # still one JSON object on stdout
         sys.exit(2)
     sys.exit(emit(results, as_json))
+
+
+def _evaluate_all(verb: str, problem: str, solutions: tuple[str, ...], options: Options,
+                  socket_path: Path | None, as_json: bool) -> list[Result]:
+    from kerneljudge import api, daemon
+
+    results = []
+    for solution in solutions or (None,):
+        result = None
+        if socket_path is not None:
+            try:
+                result = daemon.evaluate_via_server(socket_path, verb, problem, solution, options)
+            except daemon.ServerRefused as exc:
+                click.echo(f"kerneljudge: {exc}; evaluating in this process", err=True)
+                socket_path = None
+        if result is not None and not as_json and not results:
+            click.echo(f"(evaluated by `kerneljudge serve` on {socket_path}; --no-server evaluates here)", err=True)
+        results.append(result or getattr(api, verb)(problem, solution, options))
+    return results
 
 
 class Main(click.Group):
@@ -132,44 +152,45 @@ def main() -> None:
 @click.argument("solutions", nargs=-1)
 @evaluation_options
 @click.option("--no-timing", is_flag=True, help="Skip timing.")
-def eval_command(problem: str, solutions: tuple[str, ...], as_json: bool, no_timing: bool, **kw) -> None:
+def eval_command(problem: str, solutions: tuple[str, ...], no_timing: bool, **kw) -> None:
     """Evaluate SOLUTION(s) against PROBLEM: build, check, probe, time, report.
 
     PROBLEM is a path or a built-in name (level2/51, l2/51). SOLUTION is a path, or @VARIANT for a
     shipped solution (@pytorch, @cuda, @triton); without one, the shipped solution for this device."""
-    run_verb("evaluate", problem, solutions, build_options(kw, timing=not no_timing), as_json)
+    run_verb("evaluate", problem, solutions, build_options(kw, timing=not no_timing), kw)
 
 
 @main.command("check")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
 @evaluation_options
-def check_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+def check_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """Correctness and integrity only (no timing): the agents' run_correctness."""
-    run_verb("check", problem, solutions, build_options(kw, timing=False), as_json)
+    run_verb("check", problem, solutions, build_options(kw, timing=False), kw)
 
 
 @main.command("bench")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
 @evaluation_options
-def bench_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+def bench_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """Timing against the baselines, after the checks that make a time meaningful: the agents' benchmark."""
-    run_verb("bench", problem, solutions, build_options(kw), as_json)
+    run_verb("bench", problem, solutions, build_options(kw), kw)
 
 
 @main.command("submit")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
 @evaluation_options
-def submit_command(problem: str, solutions: tuple[str, ...], as_json: bool, **kw) -> None:
+def submit_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """The full strict evaluation plus a hidden re-check with secret seeds; the verdict is recorded."""
-    run_verb("submit", problem, solutions, build_options(kw), as_json)
+    run_verb("submit", problem, solutions, build_options(kw), kw)
 
 
 main.add_command(history_command)
 main.add_command(show_command)
 main.add_command(mcp_command)
+main.add_command(serve_command)
 
 
 @main.command("problems")

@@ -1,4 +1,4 @@
-"""CLI commands around the results store and the agent interfaces: `history`, `show`, `mcp`.
+"""CLI commands around the results store and the agent interfaces: `history`, `show`, `mcp`, `serve`.
 
 Registered on the main group in cli.py (`main.add_command(history_command)` ...). The store's errors
 are StoreError (a KernelJudgeError), which the main group turns into a message and exit code 2.
@@ -7,6 +7,7 @@ are StoreError (a KernelJudgeError), which the main group turns into a message a
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -17,7 +18,7 @@ from rich.text import Text
 from kerneljudge import findings as catalog
 from kerneljudge import report
 from kerneljudge.errors import KernelJudgeError
-from kerneljudge.options import Options, default_cache_dir, default_store_path
+from kerneljudge.options import Options, default_cache_dir, default_server_socket, default_store_path
 from kerneljudge.records import Result, jsonsafe
 
 _STORE_HELP = "Results database (default $KERNELJUDGE_STORE, else ~/.local/share/kerneljudge/results.sqlite)."
@@ -113,3 +114,31 @@ def mcp_command(store_path: Path | None, no_store: bool, cache_dir: Path | None)
     options = Options(cache_dir=cache_dir or default_cache_dir(),
                       store_path=None if no_store else (store_path or default_store_path()))
     run_stdio(options)
+
+
+@click.command("serve")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), default=None,
+              help="Where to listen (default $KERNELJUDGE_SOCKET, else /tmp/kerneljudge-UID/judge.sock).")
+@click.option("--spares", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Workers kept started ahead of the next evaluation.")
+@click.option("--status", is_flag=True, help="Print the running server's status as JSON and exit (1: none).")
+def serve_command(socket_path: Path | None, spares: int, status: bool) -> None:
+    """Keep a worker started between calls: eval, check, bench and submit then skip the seconds a new
+    worker spends importing torch and starting CUDA. They use a running server on their own (one
+    evaluation at a time); stop it with Ctrl-C or SIGTERM. It runs with its own environment, so start it
+    from the one you evaluate in (clients whose kerneljudge, Python or CUDA_VISIBLE_DEVICES differ
+    evaluate themselves)."""
+    import signal
+
+    from kerneljudge import daemon
+
+    path = (socket_path or default_server_socket()).expanduser()
+    if status:
+        state = daemon.server_status(path)
+        click.echo(json.dumps(state, indent=2) if state else f"no judge server listens on {path}")
+        raise SystemExit(0 if state else 1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through serve()'s cleanup
+    try:
+        daemon.serve(path, spares=spares, log=lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        click.echo("kerneljudge serve: stopped", err=True)

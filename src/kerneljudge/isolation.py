@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -167,16 +168,20 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """Pre-started workers for many evaluations in a row (several solutions, a batch, an RL loop).
+    """Pre-started workers for many evaluations in a row (several solutions, a batch, an RL loop, the
+    MCP server, `kerneljudge serve`).
 
-    A worker spends its first seconds importing torch and starting CUDA; a spare started while the
-    current evaluation runs has done that by the time it is taken. Every evaluation still gets a fresh
-    process: a spare is never one that ran candidate code."""
+    A worker spends its first seconds importing torch and starting CUDA (4.7 s on an H200 host); a spare
+    started when the previous evaluation ended (`fill`) has done that by the time the next one takes it,
+    if anything came in between (an agent thinking, a server waiting for its next client). Spares are
+    not started during an evaluation: a process importing torch would compete with its measurements.
+    Every evaluation still gets a fresh process: a spare is never one that ran candidate code. Safe to
+    share between threads (the MCP server's tools run on worker threads)."""
 
-    def __init__(self, options: WorkerOptions, *, spares: int = 1):
-        self.options = options
+    def __init__(self, *, spares: int = 1):
         self.spares = spares
         self.ready: list[WorkerProcess] = []
+        self._lock = threading.Lock()
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -184,22 +189,32 @@ class WorkerPool:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def take(self) -> WorkerProcess:
-        """A worker to use as a context manager (started if a live spare was waiting), and a new spare."""
-        worker = None
-        while self.ready and worker is None:
-            spare = self.ready.pop(0)
-            if spare.process.poll() is None:
-                worker = spare
-            else:
-                spare.close()
-        while len(self.ready) < self.spares:
-            spare = WorkerProcess(self.options)
-            spare.start()
-            self.ready.append(spare)
-        return worker or WorkerProcess(self.options)
+    def take(self, options: WorkerOptions) -> WorkerProcess:
+        """A worker under `options` to use as a context manager: a live spare if one is waiting, else one
+        that starts on use."""
+        with self._lock:
+            worker = None
+            while self.ready and worker is None:
+                spare = self.ready.pop(0)
+                if spare.process.poll() is None:
+                    worker = spare
+                else:
+                    spare.close()
+        if worker is None:
+            return WorkerProcess(options)
+        worker.options = options  # its deadline is set when the evaluation enters it
+        return worker
+
+    def fill(self) -> None:
+        """Start spares up to the pool's count (after each evaluation, and when a server starts)."""
+        with self._lock:
+            while len(self.ready) < self.spares:
+                spare = WorkerProcess(WorkerOptions())
+                spare.start()
+                self.ready.append(spare)
 
     def close(self) -> None:
-        for spare in self.ready:
-            spare.close()
-        self.ready.clear()
+        with self._lock:
+            for spare in self.ready:
+                spare.close()
+            self.ready.clear()

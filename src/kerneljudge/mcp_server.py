@@ -13,7 +13,8 @@ findings. A tool error means the request itself was unusable (unknown problem, u
 no GPU for device="cuda"); its message says what to change.
 
 Run with `kerneljudge mcp` (stdio). Tools run on the SDK's worker threads, so a long evaluation does
-not block the server's event loop; each evaluation has its own worker process.
+not block the server's event loop; each evaluation has its own fresh worker process, taken
+pre-started from a pool.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from kerneljudge import __version__, api, report, sourcefile, suite
 from kerneljudge.errors import KernelJudgeError
+from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import DEFAULT_TOLERANCE, CheckOptions, Options, TimingOptions
 from kerneljudge.problem import load_problem
 from kerneljudge.records import Result, jsonsafe
@@ -117,9 +119,10 @@ class ProblemDetail(TypedDict):
     solution_sources: dict[str, str]  # variant -> source, only when include_solution_sources
 
 
-def build_server(options: Options | None = None) -> MCPServer:
+def build_server(options: Options | None = None, pool: WorkerPool | None = None) -> MCPServer:
     """An MCPServer whose judging tools start from `options` (default `Options()`, which records every
-    result in the results store). The tools' own arguments (device, sets, preset, ...) override it."""
+    result in the results store). The tools' own arguments (device, sets, preset, ...) override it.
+    With a `pool`, each evaluation takes a pre-started worker from it."""
     base = options or Options()
     server = MCPServer("kerneljudge", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -161,7 +164,7 @@ def build_server(options: Options | None = None) -> MCPServer:
         opts = _options(base, device, sets, preset)
         opts = opts.replace(check={"trials": trials or opts.check.trials,
                                    "seed": seed if seed is not None else opts.check.seed})
-        return _judge(api.check, problem, solution_source, solution_path, opts)
+        return _judge(api.check, problem, solution_source, solution_path, opts, pool)
 
     @server.tool(description="Time a candidate against the reference, after the correctness checks that make a "
                              "time meaningful (a wrong kernel's time means nothing: a failing candidate is not "
@@ -172,7 +175,7 @@ def build_server(options: Options | None = None) -> MCPServer:
                   preset: str | None = None, budget_ms: float | None = None) -> JudgeOutput:
         opts = _options(base, device, sets, preset)
         opts = opts.replace(timing={"budget_ms": budget_ms or opts.timing.budget_ms})
-        return _judge(api.bench, problem, solution_source, solution_path, opts)
+        return _judge(api.bench, problem, solution_source, solution_path, opts, pool)
 
     @server.tool(description="Submit a candidate: the full evaluation under the strict protocol (lint, build, "
                              "correctness, integrity probes, timing) plus a hidden re-check with fresh secret seeds "
@@ -181,14 +184,17 @@ def build_server(options: Options | None = None) -> MCPServer:
     def submit(problem: str, solution_source: str | None = None, solution_path: str | None = None,
                device: str = "auto", sets: dict[str, int | float | str] | None = None,
                preset: str | None = None) -> JudgeOutput:
-        return _judge(api.submit, problem, solution_source, solution_path, _options(base, device, sets, preset))
+        return _judge(api.submit, problem, solution_source, solution_path, _options(base, device, sets, preset),
+                      pool)
 
     return server
 
 
 def run_stdio(options: Options | None = None) -> None:
-    """Serve over stdio until the client closes the connection (what `kerneljudge mcp` runs)."""
-    build_server(options).run("stdio")
+    """Serve over stdio until the client closes the connection (what `kerneljudge mcp` runs), with a
+    worker kept started ahead of each tool call."""
+    with WorkerPool() as pool:
+        build_server(options, pool).run("stdio")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -206,15 +212,15 @@ def _options(base: Options, device: str, sets: dict[str, Any] | None, preset: st
 
 
 def _judge(verb: Callable[..., Result], problem: str, source: str | None, path: str | None,
-           options: Options) -> JudgeOutput:
+           options: Options, pool: WorkerPool | None) -> JudgeOutput:
     if source is not None and path is not None:
         raise ToolError("give the candidate as solution_source or as solution_path, not both")
     if source is None:
-        return judge_output(_usage(lambda: verb(problem, path, options)))
+        return judge_output(_usage(lambda: verb(problem, path, options, pool=pool)))
     with tempfile.TemporaryDirectory(prefix="kj-mcp-") as folder:
         candidate = Path(folder) / "candidate.py"
         candidate.write_text(source)
-        return judge_output(_usage(lambda: verb(problem, candidate, options)))
+        return judge_output(_usage(lambda: verb(problem, candidate, options, pool=pool)))
 
 
 def judge_output(result: Result, max_chars: int = MAX_OUTPUT_CHARS) -> JudgeOutput:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -34,6 +35,15 @@ def default_store_path() -> Path:
         return Path(env).expanduser()
     base = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")).expanduser()
     return base / "kerneljudge" / "results.sqlite"
+
+
+def default_server_socket() -> Path:
+    """Where `kerneljudge serve` listens and the evaluation verbs look for it: $KERNELJUDGE_SOCKET, else
+    a socket in a folder only this user can open (the server runs the files its clients name)."""
+    env = os.environ.get("KERNELJUDGE_SOCKET")
+    if env:
+        return Path(env).expanduser()
+    return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
 
 
 @dataclass(frozen=True)
@@ -97,10 +107,20 @@ class Options:
                 changes[name] = dataclasses.replace(getattr(self, name), **changes[name])
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict:
+    def to_json(self, *, keep_seed: bool = False) -> dict:
+        """JSON-ready fields. The seed is left out (a secret seed is never written out with a record)
+        unless `keep_seed` (the options sent to `kerneljudge serve` for the evaluation itself)."""
         data = dataclasses.asdict(self)
         data["cache_dir"] = str(self.cache_dir)
         data["store_path"] = str(self.store_path) if self.store_path else None
         data["overrides"] = [list(kv) for kv in self.overrides]
-        data["check"]["seed"] = None  # a secret seed is never written out from the options
+        if not keep_seed:
+            data["check"]["seed"] = None
         return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Options":
+        """The inverse of `to_json(keep_seed=True)`."""
+        return cls().replace(**{**data, "cache_dir": Path(data["cache_dir"]),
+                                "store_path": Path(data["store_path"]) if data["store_path"] else None,
+                                "overrides": tuple(tuple(kv) for kv in data["overrides"])})

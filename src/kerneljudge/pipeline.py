@@ -162,7 +162,7 @@ def _record(result: Result, options: Options, verb: str, candidate: Candidate | 
 def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
                      pool: WorkerPool | None) -> None:
     options = run.options
-    worker = pool.take() if pool is not None else WorkerProcess(options.worker)
+    worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
     try:
         with worker:
             with run.stage("worker"):
@@ -196,6 +196,8 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
     finally:
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
+        if pool is not None:
+            pool.fill()  # the next worker starts now, not during this evaluation's measurements
 
 
 def _build(run: Run, worker: WorkerProcess, problem: Problem, candidate: Candidate, device: str, seed: int) -> bool:

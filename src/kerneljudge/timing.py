@@ -290,6 +290,22 @@ class CallTimer(Protocol):
     def time_call(self, fn: Callable[[], object]) -> float: ...
 
 
+def time_calls(timer: CallTimer, calls: Sequence["IterationCall"],
+               before: Callable[[int], None] | None = None) -> list[float]:
+    """Time `calls` in order with `timer`, running `before(index)` ahead of each call outside its timed
+    interval: in one batch when the timer batches (:class:`CudaEventTimer` with ``batch > 1``), else one
+    call at a time."""
+    batched = getattr(timer, "time_calls", None)
+    if batched is not None:
+        return batched(calls, before)
+    elapsed = []
+    for call in calls:
+        if before is not None:
+            before(call.index)
+        elapsed.append(timer.time_call(call))
+    return elapsed
+
+
 class EventLike(Protocol):
     """The subset of ``torch.cuda.Event`` the event timers use."""
 
@@ -354,29 +370,37 @@ class HostTimer:
 
 
 class CudaEventTimer:
-    """Times a call with device events: flush; start.record(); fn(); end.record().
+    """Times calls with device events: flush; start.record(); fn(); end.record().
 
     Events time the GPU stream between the two records, so host-side Python
     overhead inside ``fn`` only counts if the GPU idles waiting for it.  The
-    flush is enqueued before ``start`` and is therefore excluded.  We wait on
-    ``end`` after every call (rather than batching like do_bench) so the stop
-    rule can look at each sample, and so one sample's work cannot overlap the
-    next sample's flush.
+    flush is enqueued before ``start`` and is therefore excluded.
+
+    ``batch`` calls are enqueued back to back (each with its own flush and
+    event pair) before the host waits once, as triton's do_bench does, and
+    each still yields its own sample.  Waiting after every call leaves the
+    GPU idle between calls, and a power-limited kernel then runs at clocks
+    that depend on those idle gaps: on an H200 five repeated measurements of
+    an 8192^3 bf16 matmul spread 3.2% waiting per call and 1.1% in batches
+    of four (docs/benchmarks.md).  One sample's work still cannot overlap
+    the next sample's flush: they are ordered on one stream.
 
     Caveat: events time the *current stream*.  Work that ``fn`` puts on other
     streams without joining them back is not timed; a judge that distrusts
     candidates should cross-check with a :class:`HostTimer` using a
     device-wide sync.
 
-    ``hold`` (optional) enqueues device work after the flush and before ``start``
-    (a spin kernel, as NVBench's blocking kernel): while the device runs it, the
-    host enqueues ``fn``'s work, so the interval holds the call's device time and
-    not the host's launch overhead, which callers then report separately.
+    ``hold`` (optional) enqueues device work once per batch, after the first
+    flush and before the first ``start`` (a spin kernel, as NVBench's blocking
+    kernel): while the device runs it, the host enqueues the batch, so the
+    intervals hold the calls' device time and not the host's launch overhead,
+    which callers then report separately.
 
     ``event_factory`` makes one event (``torch.cuda.Event(enable_timing=True)``
-    on a GPU, a fake in tests); two are created once and reused, which is safe
-    because we synchronise on ``end`` before re-recording.  ``calls_per_fn``
-    divides the elapsed time when ``fn`` performs several logical calls.
+    on a GPU, a fake in tests); ``2 * batch`` are created once and reused,
+    which is safe because we synchronise on the last ``end`` before
+    re-recording.  ``calls_per_fn`` divides the elapsed time when ``fn``
+    performs several logical calls.
     """
 
     def __init__(
@@ -386,30 +410,43 @@ class CudaEventTimer:
         *,
         calls_per_fn: int = 1,
         hold: Callable[[], None] | None = None,
+        batch: int = 1,
     ) -> None:
-        _check_number("calls_per_fn", calls_per_fn, integer=True)
-        if calls_per_fn < 1:
-            raise ValueError(f"calls_per_fn must be >= 1, got {calls_per_fn}")
-        self._start = event_factory()
-        self._end = event_factory()
+        for name, value in (("calls_per_fn", calls_per_fn), ("batch", batch)):
+            _check_number(name, value, integer=True)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self._events = [(event_factory(), event_factory()) for _ in range(batch)]
         self._flush = flush
         self._hold = hold
         self._calls_per_fn = calls_per_fn
+        self.batch = batch
 
     def time_call(self, fn: Callable[[], object]) -> float:
-        if self._flush is not None:
-            self._flush()
-        if self._hold is not None:
-            self._hold()
-        self._start.record()
-        fn()
-        self._end.record()
-        self._end.synchronize()
-        return float(self._start.elapsed_time(self._end)) / self._calls_per_fn
+        return self.time_calls([fn])[0]
+
+    def time_calls(self, fns: Sequence[Callable[[], object]],
+                   before: Callable[[int], None] | None = None) -> list[float]:
+        """Enqueue up to ``batch`` calls back to back, wait once, return each call's time.
+        ``before(fn.index)`` (for :class:`IterationCall` calls) runs ahead of each call's flush."""
+        if not 1 <= len(fns) <= self.batch:
+            raise ValueError(f"time_calls takes 1 to {self.batch} calls, got {len(fns)}")
+        for k, (fn, (start, end)) in enumerate(zip(fns, self._events)):
+            if before is not None:
+                before(fn.index)
+            if self._flush is not None:
+                self._flush()
+            if k == 0 and self._hold is not None:
+                self._hold()
+            start.record()
+            fn()
+            end.record()
+        self._events[len(fns) - 1][1].synchronize()
+        return [float(start.elapsed_time(end)) / self._calls_per_fn for start, end in self._events[: len(fns)]]
 
 
 def cuda_event_timer(device: Any = None, flush: Callable[[], None] | None = None,
-                     hold: Callable[[], None] | None = None) -> CudaEventTimer:
+                     hold: Callable[[], None] | None = None, batch: int = 1) -> CudaEventTimer:
     """:class:`CudaEventTimer` wired to ``torch.cuda.Event(enable_timing=True)``.
 
     Events record on the current stream of the *current* device, so ``device``
@@ -419,7 +456,7 @@ def cuda_event_timer(device: Any = None, flush: Callable[[], None] | None = None
     import torch
 
     _require_current_cuda_device(torch, device)
-    return CudaEventTimer(lambda: torch.cuda.Event(enable_timing=True), flush, hold=hold)
+    return CudaEventTimer(lambda: torch.cuda.Event(enable_timing=True), flush, hold=hold, batch=batch)
 
 
 def _require_current_cuda_device(torch: Any, device: Any) -> None:
@@ -792,6 +829,8 @@ def measure(
     warmup_runs: int,
     wall_clock_ms: Callable[[], float],
     warmup_ms: float = 0.0,
+    before: Callable[[int], None] | None = None,
+    after: Callable[[int], None] | None = None,
 ) -> Measurement:
     """The one measurement loop.
 
@@ -802,6 +841,13 @@ def measure(
     with ``inputs[i % len(inputs)]`` (defeats caching of results/inputs across
     calls).  Warm-up goes through ``timer`` too, so timer set-up (graph
     capture, first flush, event creation) happens before the first sample.
+
+    Calls go to the timer in batches of ``timer.batch`` (1 unless the timer
+    batches; see :class:`CudaEventTimer`); the stop rule is consulted after
+    each batch and the samples are cut at ``stop.max_runs``.  ``before(i)``
+    runs ahead of call ``i`` and ``after(i)`` once its batch has finished,
+    both outside the timed intervals (the judge refills inputs and checks
+    outputs there).
 
     ``wall_clock_ms`` drives the budget and the reported wall times; it is a
     parameter so tests can use a fake clock.  Every variant (host, events,
@@ -814,25 +860,36 @@ def measure(
         raise ValueError(f"stop must be a StopRule, got {type(stop).__name__}; pass StopRule(...)")
     if not callable(getattr(timer, "time_call", None)):
         raise ValueError("timer must have time_call(fn) -> ms; pass HostTimer/CudaEventTimer/CudaGraphTimer")
+    batch = getattr(timer, "batch", 1)
+
+    def run_batch(first: int) -> list[float]:
+        calls = [IterationCall(fn_for_iteration, first + k) for k in range(batch)]
+        elapsed = time_calls(timer, calls, before)
+        if after is not None:
+            for call in calls:
+                after(call.index)
+        return elapsed
 
     w0 = wall_clock_ms()
     i = 0
     while i < warmup_runs or wall_clock_ms() - w0 < warmup_ms:  # both a count and a time (clocks ramp up)
-        timer.time_call(IterationCall(fn_for_iteration, i))
-        i += 1
+        run_batch(i)
+        i += batch
     warmed = i
     t0 = wall_clock_ms()
 
     samples: list[float] = []
     i = 0
     while True:
-        ms = float(timer.time_call(IterationCall(fn_for_iteration, i)))
-        if not (ms >= 0.0 and math.isfinite(ms)):
-            raise RuntimeError(f"timer returned an invalid duration {ms!r} ms at iteration {i}")
-        samples.append(ms)
-        i += 1
+        for ms in run_batch(i):
+            ms = float(ms)
+            if not (ms >= 0.0 and math.isfinite(ms)):
+                raise RuntimeError(f"timer returned an invalid duration {ms!r} ms at iteration {i}")
+            samples.append(ms)
+            i += 1
         reason = stop.should_stop(samples, wall_clock_ms() - t0)
         if reason is not None:
+            del samples[stop.max_runs:]
             break
     t1 = wall_clock_ms()
     return Measurement(
@@ -850,11 +907,23 @@ def measure(
 # --------------------------------------------------------------------------
 
 
+#: How long the device is held while the host's overhead per call is measured (outlasts the enqueueing).
+OVERHEAD_PROBE_HOLD_MS = 20.0
+#: A call whose host time per call reaches this is not launch-bound (it waits for the device, or its host
+#: work is the point): holding the stream cannot help it, and a long hold only leaves the GPU idle.
+HOLD_MAX_OVERHEAD_MS = 0.5
+
+
 def host_overhead_ms(fn: Callable[[int], object], *, clock_ns: Callable[[], int], sync: Callable[[], None],
-                     calls: int = 20) -> float:
+                     calls: int = 20, hold: Callable[[], None] | None = None) -> float:
     """Host time of one call that does not wait for the device (Python and launch overhead), averaged
-    over ``calls`` calls made back to back after a sync."""
+    over ``calls`` calls made back to back after a sync. With ``hold`` (a device spin that outlasts the
+    enqueueing) the calls queue behind it, so the device's own time cannot leak into the figure when its
+    queue pushes back: without one, an 8192^3 bf16 matmul on an H200 showed 4.1 ms of "host overhead"
+    per 1.6 ms call."""
     sync()
+    if hold is not None:
+        hold()
     started = clock_ns()
     for i in range(calls):
         fn(i)
@@ -884,10 +953,30 @@ def spin_hold(hold_ms: float, cycles_per_ms: float) -> Callable[[], None]:
     return lambda: torch.cuda._sleep(cycles)
 
 
-def hold_for(overhead_ms: float) -> float:
-    """How long to hold the stream for a call whose host overhead is ``overhead_ms``: twice that plus
-    20 us, at most 2 ms."""
-    return min(2.0, 2 * overhead_ms + 0.02)
+def held_event_timer(device: Any, flush: Callable[[], None] | None, fn_for_iteration: Callable[[int], object], *,
+                     batch: int, clock_ns: Callable[[], int], sync: Callable[[], None],
+                     cycles_per_ms: float | None = None) -> tuple[CudaEventTimer, float]:
+    """How the judge times on a GPU, and the host's overhead per call (ms): events in batches of
+    ``batch`` calls, the stream held by a spin of ``hold_for(overhead, batch)`` while the host enqueues
+    each batch. The overhead is measured with the device held (see :func:`host_overhead_ms`).
+    ``cycles_per_ms`` of the spin is measured if not given."""
+    cycles = cycles_per_ms or spin_cycles_per_ms(device)
+    overhead_ms = host_overhead_ms(fn_for_iteration, clock_ns=clock_ns, sync=sync,
+                                   hold=spin_hold(OVERHEAD_PROBE_HOLD_MS, cycles))
+    hold_ms = hold_for(overhead_ms, batch)
+    timer = cuda_event_timer(device, flush, spin_hold(hold_ms, cycles) if hold_ms else None, batch=batch)
+    return timer, overhead_ms
+
+
+def hold_for(overhead_ms: float, calls: int = 1) -> float:
+    """How long to hold the stream while the host enqueues ``calls`` calls whose host overhead is
+    ``overhead_ms`` each: twice that plus 20 us per call; no hold (0) for a call that is not launch-bound
+    (``HOLD_MAX_OVERHEAD_MS`` or more), whose hold would only leave the GPU idle. Idle time lets a
+    power-limited kernel run at higher clocks: an 8192^3 bf16 matmul measured 15% faster behind a
+    3 ms hold than back to back (docs/benchmarks.md)."""
+    if overhead_ms <= 0 or overhead_ms >= HOLD_MAX_OVERHEAD_MS:
+        return 0.0
+    return calls * (2 * overhead_ms + 0.02)
 
 
 # --------------------------------------------------------------------------

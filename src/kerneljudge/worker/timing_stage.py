@@ -30,25 +30,11 @@ INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 
 
-class CheckedTimer:
-    """A timer with work of the judge's own before and after each timed interval (never inside it):
-    `before(index)` prepares the inputs of that call, `after(index)` inspects its output."""
-
-    def __init__(self, inner, before: Callable[[int], None], after: Callable[[int], None]):
-        self.inner, self.before, self.after = inner, before, after
-
-    def time_call(self, fn) -> float:
-        self.before(fn.index)
-        elapsed = self.inner.time_call(fn)
-        self.after(fn.index)
-        return elapsed
-
-
 @dataclass
 class Timed:
     measurement: timing.Measurement
     checked: int
-    host_overhead_ms: float
+    host_overhead_ms: float | None  # plain CUDA events only
 
 
 def method(session: Session, opts: dict[str, Any]) -> str:
@@ -57,19 +43,14 @@ def method(session: Session, opts: dict[str, Any]) -> str:
     return "host-clock"
 
 
-def _timer(session: Session, opts: dict[str, Any], input_sets: int, hold_ms: float = 0.0):
-    """The timer for this device and mode, with its cache flush (clocks bound before candidate import)."""
-    kind = method(session, opts)
-    if kind == "cuda-graph":
+def _timer(session: Session, opts: dict[str, Any], input_sets: int):
+    """Graph replays, or one call at a time on plain CUDA events (the copy bandwidth) or the bound host
+    clock, each with its cache flush. The candidate and the baselines on CUDA events: `time_model`."""
+    if method(session, opts) == "cuda-graph":
         flush = timing.L2Flusher.for_cuda_device(session.device)
         return timing.cuda_graph_timer(session.device, flush, input_period=input_sets)
-    if kind == "cuda-events":
-        hold = None
-        if hold_ms > 0:
-            if session.spin_cycles_per_ms is None:
-                session.spin_cycles_per_ms = timing.spin_cycles_per_ms(session.device)
-            hold = timing.spin_hold(hold_ms, session.spin_cycles_per_ms)
-        return timing.cuda_event_timer(session.device, timing.L2Flusher.for_cuda_device(session.device), hold)
+    if session.device.type == "cuda":  # the copy-bandwidth measurement: one call at a time, no hold
+        return timing.cuda_event_timer(session.device, timing.L2Flusher.for_cuda_device(session.device))
     return timing.HostTimer(session.guard.clock_ns, flush=timing.CpuCacheFlusher())
 
 
@@ -84,22 +65,28 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
     values before its turn (same buffers, new contents: memos by address or by sampled content stop
     paying); with `check`, up to `checked_calls` outputs at secret random positions are compared with
     the reference's output for the same inputs, computed right after the call (outside the timed region).
-    On a GPU the events hold the call's device time: the host's overhead is measured first and the
-    stream is held (a spin of twice that) while the host enqueues each call."""
-    overhead_ms = 0.0
-    if session.device.type == "cuda":
+    On a GPU the events hold the calls' device time: they run in batches of one call per input set
+    (back to back on the device, and no set is refilled while an output computed from it waits to be
+    checked); the host's overhead is measured first and, for a launch-bound call, the stream is held (a
+    spin of twice that per call) while the host enqueues each batch."""
+    overhead_ms = None
+    if method(session, opts) == "cuda-events":  # in batches of one call per input set (see below)
+        session.spin_cycles_per_ms = session.spin_cycles_per_ms or timing.spin_cycles_per_ms(session.device)
         with torch.inference_mode():
-            overhead_ms = timing.host_overhead_ms(lambda i: model(*sets[i % len(sets)]),
-                                                  clock_ns=session.guard.clock_ns,
-                                                  sync=lambda: synchronize(session.device))
-    timer = _timer(session, opts, len(sets), hold_ms=timing.hold_for(overhead_ms) if overhead_ms else 0.0)
+            timer, overhead_ms = timing.held_event_timer(
+                session.device, timing.L2Flusher.for_cuda_device(session.device),
+                lambda i: model(*sets[i % len(sets)]), batch=len(sets), clock_ns=session.guard.clock_ns,
+                sync=lambda: synchronize(session.device), cycles_per_ms=session.spin_cycles_per_ms)
+    else:
+        timer = _timer(session, opts, len(sets))
     chooser = random.SystemRandom()  # not from the run's seed: nothing in the process can predict it
-    used = set(range(len(sets))) if overhead_ms else set()  # sets whose values a call has seen
-    state = {"last": None, "checked": 0}
+    used = set(range(len(sets))) if overhead_ms is not None else set()  # sets whose values a call has seen
+    outputs: dict[int, Any] = {}  # of the calls whose batch has not finished
+    state = {"checked": 0}
 
     def call(i: int):
-        state["last"] = model(*sets[i % len(sets)])
-        return state["last"]
+        outputs[i] = model(*sets[i % len(sets)])
+        return outputs[i]
 
     def before(i: int) -> None:
         k = i % len(sets)
@@ -109,15 +96,15 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
 
     def after(i: int) -> None:
         # whether this output is checked is decided only now, after the call returned
-        out, state["last"] = state["last"], None
+        out = outputs.pop(i)
         if check and state["checked"] < opts["checked_calls"] and chooser.random() < CHECK_PROBABILITY:
             state["checked"] += 1
             _check_timed_output(session, i, out, sets[i % len(sets)], findings, label)
 
     with torch.inference_mode():
-        measurement = timing.measure(call, timer=CheckedTimer(timer, before, after), stop=_stop(opts),
-                                     warmup_runs=opts["warmup_runs"], warmup_ms=opts["warmup_ms"],
-                                     wall_clock_ms=session.guard.wall_ms)
+        measurement = timing.measure(call, timer=timer, stop=_stop(opts), warmup_runs=opts["warmup_runs"],
+                                     warmup_ms=opts["warmup_ms"], wall_clock_ms=session.guard.wall_ms,
+                                     before=before, after=after)
     return Timed(measurement, state["checked"], overhead_ms)
 
 
@@ -174,7 +161,7 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     block: dict[str, Any] = {
         "method": method(session, opts), "input_sets": len(sets), "checked_outputs": candidate.checked,
         "candidate": stats.to_json(), "stop_reason": candidate.measurement.stop_reason,
-        "host_overhead_ms": round(candidate.host_overhead_ms, 6) if session.device.type == "cuda" else None,
+        "host_overhead_ms": None if candidate.host_overhead_ms is None else round(candidate.host_overhead_ms, 6),
         "samples_ms": [round(x, 6) for x in candidate.measurement.samples_ms[:1000]],
         "stop_rule": {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms", "target_rel_sem")},
         "baselines": {},

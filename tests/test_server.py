@@ -1,0 +1,116 @@
+"""`kerneljudge serve`: the verbs evaluate through a running server, fall back when they must, and the
+server outlives bad candidates, stops cleanly and never answers for a different environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CANDIDATES, SEED, codes, parse_json
+
+from kerneljudge import daemon
+
+GOOD = CANDIDATES / "core" / "correct.py"
+SEGFAULT = CANDIDATES / "isolation" / "segfault.py"
+
+
+def start_server(socket_path: Path, log_path: Path, cwd: Path) -> subprocess.Popen:
+    """`kerneljudge serve` in another working folder; returns once it answers."""
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "kerneljudge", "serve", "--socket", str(socket_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+    deadline = time.monotonic() + 60
+    while daemon.server_status(socket_path) is None:
+        assert server.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.1)
+    return server
+
+
+@pytest.fixture
+def server(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    socket_path = tmp_path / "sock" / "judge.sock"
+    process = start_server(socket_path, tmp_path / "serve.log", folder)
+    yield process, socket_path, tmp_path / "serve.log"
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def evaluations(socket_path: Path) -> int:
+    return daemon.server_status(socket_path)["evaluations"]
+
+
+def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
+    process, socket_path, log = server
+    env = {"KERNELJUDGE_SOCKET": str(socket_path)}
+    relative = os.path.relpath(GOOD)  # the server runs in another folder: the client makes paths absolute
+    rc, out, err = kj("check", SEED, relative, "--device", "cpu", "--json", env=env)
+    assert rc == 0 and parse_json(out)["verdict"] == "pass", err
+    rc, out, _ = kj("check", SEED, str(SEGFAULT), "--device", "cpu", "--json", env=env)
+    assert rc == 2 and "worker-crashed" in codes(parse_json(out))
+    rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", env=env)  # the human report
+    assert rc == 0 and "PASS" in out and "evaluated by `kerneljudge serve`" in err
+    assert evaluations(socket_path) == 3
+    assert log.read_text().count("check ") == 3
+    # a usage error comes back as the same message a local evaluation gives
+    rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--preset", "nope", env=env)
+    _, _, local_err = kj("check", SEED, str(GOOD), "--device", "cpu", "--preset", "nope", "--no-server",
+                         env=env)
+    assert rc == 2 and "nope" in err and err == local_err
+    # --no-server evaluates here
+    rc, out, _ = kj("check", SEED, str(GOOD), "--device", "cpu", "--json", "--no-server", env=env)
+    assert rc == 0 and evaluations(socket_path) == 3
+
+
+def test_a_client_with_another_environment_evaluates_itself(kj, server):
+    _, socket_path, _ = server
+    rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json",
+                      env={"KERNELJUDGE_SOCKET": str(socket_path), "CUDA_VISIBLE_DEVICES": "7"})
+    assert rc == 0 and parse_json(out)["verdict"] == "pass"
+    assert "another CUDA_VISIBLE_DEVICES" in err and "evaluating in this process" in err
+    assert evaluations(socket_path) == 0
+
+
+def test_the_server_stops_cleanly_and_a_stale_socket_is_harmless(kj, server, tmp_path):
+    process, socket_path, log = server
+    rc, _, err = kj("serve", "--socket", str(socket_path))
+    assert rc == 2 and "already listens" in err
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0 and not socket_path.exists()
+
+    killed = start_server(socket_path, tmp_path / "killed.log", tmp_path)
+    killed.kill()
+    killed.wait()
+    assert socket_path.exists()  # left behind by a server that died
+    rc, out, _ = kj("check", SEED, str(GOOD), "--device", "cpu", "--json",
+                    env={"KERNELJUDGE_SOCKET": str(socket_path)})
+    assert rc == 0 and parse_json(out)["verdict"] == "pass"  # evaluated here
+    again = start_server(socket_path, tmp_path / "again.log", tmp_path)  # replaces the stale socket
+    again.terminate()
+    assert again.wait(timeout=30) == 0
+
+
+def test_a_socket_folder_open_to_others_is_never_used(kj, tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    socket_path = folder / "judge.sock"
+    rc, _, err = kj("serve", "--socket", str(socket_path))
+    assert rc == 2 and "closed to others" in err
+    forged = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # anyone could have put a listener there
+    forged.bind(str(socket_path))
+    forged.listen()
+    with forged:
+        rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json",
+                          env={"KERNELJUDGE_SOCKET": str(socket_path)})
+    assert rc == 0 and parse_json(out)["verdict"] == "pass"  # evaluated here, not by whoever listens
+    assert "closed to others" in err
