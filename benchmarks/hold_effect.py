@@ -24,10 +24,11 @@ def main() -> None:
     fn = lambda: torch.mm(a, b, out=c)  # noqa: E731
     cycles = T.spin_cycles_per_ms(device)
     unheld = T.host_overhead_ms(lambda i: fn(), clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
-    _, held = T.held_event_timer(device, flush, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
+    held = T.held_event_timer(device, flush, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
                                  sync=torch.cuda.synchronize, cycles_per_ms=cycles)
     print(f"spin cycles/ms {cycles:.0f}; host overhead per call {unheld:.4f} ms measured without a hold, "
-          f"{held:.4f} ms with the device held -> the judge's hold per batch of 4: {T.hold_for(held, 4):.3f} ms")
+          f"{held.host_overhead_ms:.4f} ms with the device held -> the judge's hold per batch of 4: "
+          f"{held.hold_ms:.3f} ms")
     stop = T.StopRule(min_runs=20, max_runs=5000, min_time_ms=150.0, budget_ms=600.0, target_rel_sem=0.005)
     for r in range(3):
         row = []

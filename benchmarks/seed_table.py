@@ -48,7 +48,7 @@ def load(path: Path, name: str):
 def time_fn(fn, sets, device):
     """Device time as the judge measures it: events in batches, L2 flush, the stream held while the host
     enqueues a launch-bound call."""
-    timer, overhead_ms = timing.held_event_timer(device, timing.L2Flusher.for_cuda_device(device),
+    timer, overhead_ms, _ = timing.held_event_timer(device, timing.L2Flusher.for_cuda_device(device),
                                                  lambda i: fn(*sets[i % len(sets)]), batch=len(sets),
                                                  clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
     stop = timing.StopRule(min_runs=20, max_runs=2000, min_time_ms=200, budget_ms=3000, target_rel_sem=0.003)

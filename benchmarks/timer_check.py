@@ -277,7 +277,7 @@ def main() -> int:
         def timer_for(fn: Callable[[], object]) -> T.CallTimer:
             """The judge's timer (worker/timing_stage.py): batches of 4 (one call per input set), held."""
             return T.held_event_timer(device, flusher, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
-                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles_per_ms)[0]
+                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles_per_ms).timer
 
         sync = torch.cuda.synchronize
         copy_bytes = 1 << 30

@@ -46,7 +46,7 @@ def main() -> None:
     for name, fn in kernels.items():
         def held(batch: int) -> T.CudaEventTimer:
             return T.held_event_timer(device, flush, lambda i: fn(), batch=batch, clock_ns=time.perf_counter_ns,
-                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles)[0]
+                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles).timer
 
         variants = {
             "per-call": lambda: median_ms(fn, T.cuda_event_timer(device, flush)),

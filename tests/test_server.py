@@ -21,10 +21,13 @@ SEGFAULT = CANDIDATES / "isolation" / "segfault.py"
 
 
 def start_server(socket_path: Path, log_path: Path, cwd: Path) -> subprocess.Popen:
-    """`kerneljudge serve` in another working folder; returns once it answers."""
+    """`kerneljudge serve` in another working folder (its workers' folders under it too); returns once
+    it answers."""
+    (cwd / "tmp").mkdir(exist_ok=True)
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "kerneljudge", "serve", "--socket", str(socket_path)],
-                                  stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+                                  stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                                  env={**os.environ, "TMPDIR": str(cwd / "tmp")})
     deadline = time.monotonic() + 60
     while daemon.server_status(socket_path) is None:
         assert server.poll() is None, log_path.read_text()
@@ -39,7 +42,7 @@ def server(tmp_path):
     folder.mkdir()
     socket_path = tmp_path / "sock" / "judge.sock"
     process = start_server(socket_path, tmp_path / "serve.log", folder)
-    yield process, socket_path, tmp_path / "serve.log"
+    yield process, socket_path, tmp_path / "serve.log", folder
     if process.poll() is None:
         process.terminate()
         process.wait(timeout=30)
@@ -50,7 +53,7 @@ def evaluations(socket_path: Path) -> int:
 
 
 def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
-    process, socket_path, log = server
+    process, socket_path, log, _ = server
     env = {"KERNELJUDGE_SOCKET": str(socket_path)}
     relative = os.path.relpath(GOOD)  # the server runs in another folder: the client makes paths absolute
     rc, out, err = kj("check", SEED, relative, "--device", "cpu", "--json", env=env)
@@ -72,16 +75,16 @@ def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
 
 
 def test_a_client_with_another_environment_evaluates_itself(kj, server):
-    _, socket_path, _ = server
+    _, socket_path, _, _ = server
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json",
                       env={"KERNELJUDGE_SOCKET": str(socket_path), "CUDA_VISIBLE_DEVICES": "7"})
     assert rc == 0 and parse_json(out)["verdict"] == "pass"
-    assert "another CUDA_VISIBLE_DEVICES" in err and "evaluating in this process" in err
+    assert "another $CUDA_VISIBLE_DEVICES" in err and "evaluating in this process" in err
     assert evaluations(socket_path) == 0
 
 
 def test_the_server_stops_cleanly_and_a_stale_socket_is_harmless(kj, server, tmp_path):
-    process, socket_path, log = server
+    process, socket_path, log, _ = server
     rc, _, err = kj("serve", "--socket", str(socket_path))
     assert rc == 2 and "already listens" in err
     process.send_signal(signal.SIGTERM)
@@ -114,3 +117,44 @@ def test_a_socket_folder_open_to_others_is_never_used(kj, tmp_path):
                           env={"KERNELJUDGE_SOCKET": str(socket_path)})
     assert rc == 0 and parse_json(out)["verdict"] == "pass"  # evaluated here, not by whoever listens
     assert "closed to others" in err
+
+
+def test_paths_mean_what_they_mean_to_the_client(kj, server):
+    """A relative path the client does not have is missing, even when the server's folder has one."""
+    _, socket_path, _, server_folder = server
+    (server_folder / "only_there.py").write_text(GOOD.read_text())
+    env = {"KERNELJUDGE_SOCKET": str(socket_path)}
+    rc, out, _ = kj("check", SEED, "only_there.py", "--device", "cpu", "--json", env=env)
+    _, local, _ = kj("check", SEED, "only_there.py", "--device", "cpu", "--json", "--no-server", env=env)
+    served = parse_json(out)
+    assert rc == 2 and "candidate-invalid" in codes(served) and codes(served) == codes(parse_json(local))
+    message = next(f["message"] for f in served["findings"] if f["code"] == "candidate-invalid")
+    assert str(Path.cwd() / "only_there.py") in message and evaluations(socket_path) == 1
+
+
+def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
+    _, socket_path, log, _ = server
+    for raw in (b"\x00\x00\x00\x02[]", b"\x00\x00\x00\x05{nope", b"\x00\x00"):  # not an object, not JSON, cut
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(socket_path))
+            client.sendall(raw)
+            client.shutdown(socket.SHUT_WR)
+            client.recv(1024)
+    assert daemon.server_status(socket_path)["evaluations"] == 0  # still serving
+    env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite")}
+    slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
+                             "--device", "cpu", "--timeout", "6", "--json"], env=env, stdout=subprocess.PIPE, text=True)
+    time.sleep(3)  # the server is now running it
+    rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json", env={"KERNELJUDGE_SOCKET": str(socket_path)})
+    assert rc == 0 and parse_json(out)["verdict"] == "pass" and "waiting for the judge server" in err
+    assert codes(parse_json(slow.communicate(timeout=60)[0])) >= {"timeout"}
+    assert evaluations(socket_path) == 2
+
+
+def test_serve_never_replaces_a_file_that_is_not_a_socket(kj, tmp_path):
+    folder = tmp_path / "private"
+    folder.mkdir(mode=0o700)
+    notes = folder / "notes.txt"
+    notes.write_text("mine")
+    rc, _, err = kj("serve", "--socket", str(notes))
+    assert rc == 2 and "not a socket" in err and notes.read_text() == "mine"

@@ -402,8 +402,9 @@ def test_host_overhead_and_hold_length():
     assert log == ["sync", "hold"] + [f"call{i}" for i in range(8)] + ["sync"]
     assert T.hold_for(0.25) == pytest.approx(0.52)
     assert T.hold_for(0.25, calls=4) == pytest.approx(4 * 0.52)  # a batch of four calls
-    assert T.hold_for(T.HOLD_MAX_OVERHEAD_MS) == 0.0  # not launch-bound: a hold would only idle the GPU
-    assert T.hold_for(0.0) == 0.0
+    assert T.hold_for(2.5, calls=4) == 8.0  # capped per call
+    waiting = T.OVERHEAD_PROBE_HOLD_MS / T.OVERHEAD_PROBE_CALLS  # enqueueing outlasted the probe's hold
+    assert T.hold_for(waiting) == 0.0 and T.hold_for(0.99 * waiting) == 2.0
 
 
 def test_cuda_event_timer_drives_measure_loop():

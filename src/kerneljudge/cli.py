@@ -119,7 +119,10 @@ def _evaluate_all(verb: str, problem: str, solutions: tuple[str, ...], options: 
         result = None
         if socket_path is not None:
             try:
-                result = daemon.evaluate_via_server(socket_path, verb, problem, solution, options)
+                result = daemon.evaluate_via_server(
+                    socket_path, verb, problem, solution, options,
+                    on_wait=lambda: click.echo("kerneljudge: waiting for the judge server (one evaluation at a "
+                                               "time; --no-server evaluates here)", err=True))
             except daemon.ServerRefused as exc:
                 click.echo(f"kerneljudge: {exc}; evaluating in this process", err=True)
                 socket_path = None

@@ -9,15 +9,17 @@ it has also recorded, as a local evaluation does.
 
 The evaluation verbs of the CLI use a running server on their own (`--no-server` evaluates in the
 calling process) and evaluate themselves when none listens, or when the server's kerneljudge source,
-Python or visible GPUs differ from the client's (they say so on stderr). Only JSON crosses the socket
-(kerneljudge.channel's framing); the socket lives in a folder only its user may open, and the server
-also checks the connecting process's user id where the system reports it.
+Python or the environment its workers depend on (compilers, CUDA and library paths, visible GPUs,
+thread counts) differ from the client's (they say so on stderr). Only JSON crosses the socket
+(kerneljudge.channel's framing); the socket lives in a folder only its user may open, the server checks
+the connecting process's user id and the client the server's, where the system reports them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import select
 import socket
 import stat
 import struct
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import kerneljudge
-from kerneljudge import api, channel
+from kerneljudge import api, channel, suite
 from kerneljudge.errors import KernelJudgeError, UsageError
 from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import Options
@@ -37,77 +39,105 @@ from kerneljudge.records import Result
 VERBS = ("evaluate", "check", "bench", "submit")
 #: How long the server waits for a connected client's request before hanging up.
 REQUEST_WAIT_S = 30.0
+#: How long a client waits for the server to take its request before saying that it waits.
+ACCEPT_WAIT_S = 1.0
+#: Environment variables the workers' behaviour depends on (compilers, libraries, devices, threads).
+_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "TRITON_", "NVIDIA_", "OMP_", "MKL_")
+_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX")
 
 
 class ServerRefused(KernelJudgeError):
-    """A server listens but cannot answer for this client (its environment differs, or its folder is
-    not private); the client evaluates in its own process instead."""
+    """A server listens but cannot answer for this client (its environment differs, or its socket is
+    not private to this user); the client evaluates in its own process instead."""
 
 
 class ServerError(KernelJudgeError):
     """The server failed during an evaluation (it stopped, or the judge itself raised an error)."""
 
 
-def identity() -> dict[str, str]:
-    """What must match between a client and the server for the server's answer to be the client's own."""
+def identity() -> dict[str, Any]:
+    """What must match between a client and the server for the server's answer to be the client's own:
+    the kerneljudge source, the Python, and the environment variables workers depend on."""
     package = Path(kerneljudge.__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    environment = {name: value for name, value in os.environ.items()
+                   if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
     return {"kerneljudge source": f"{kerneljudge.__version__}+{digest.hexdigest()[:16]}",
-            "python": sys.executable, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+            "python": sys.executable, "environment": environment}
 
 
 # ----------------------------------------------------------------------------------------------- client
 def evaluate_via_server(socket_path: Path, verb: str, problem: str | Path, solution: str | Path | None,
-                        options: Options) -> Result | None:
+                        options: Options, *, on_wait: Callable[[], None] = lambda: None) -> Result | None:
     """`api.<verb>(problem, solution, options)` run by the server on `socket_path`; None when no server
-    listens there. Raises ServerRefused (evaluate locally instead), UsageError (the same errors a local
-    evaluation raises) or ServerError."""
-    options = options.replace(cache_dir=options.cache_dir.resolve(),
-                              store_path=options.store_path.resolve() if options.store_path else None)
-    reply = _ask(socket_path, {"op": "evaluate", "identity": identity(), "verb": verb,
-                               "problem": _absolute(problem), "solution": _absolute(solution),
-                               "options": options.to_json(keep_seed=True)})
+    listens there. `on_wait` is called when the server has not taken the request within ACCEPT_WAIT_S
+    (it is busy with another evaluation). Raises ServerRefused (evaluate locally instead), UsageError
+    (the same errors a local evaluation raises) or ServerError."""
+    options = options.replace(cache_dir=options.cache_dir.expanduser().absolute(),
+                              store_path=options.store_path.expanduser().absolute() if options.store_path else None)
+    request = {"op": "evaluate", "identity": identity(), "verb": verb, "problem": _problem_ref(problem),
+               "solution": _solution_ref(solution), "options": options.to_json(keep_seed=True)}
+    reply = _ask(socket_path, request, on_wait)
     if reply is None:
         return None
     if "refused" in reply:
         raise ServerRefused(reply["refused"])
     if "usage_error" in reply:
         raise UsageError(reply["usage_error"])
-    if "judge_error" in reply:
-        raise ServerError(f"the judge server on {socket_path} failed: {reply['judge_error']}")
+    if "result" not in reply:
+        raise ServerError(f"the judge server on {socket_path} failed: {reply.get('judge_error', reply)}")
     return Result.from_json(reply["result"])
 
 
 def server_status(socket_path: Path) -> dict[str, Any] | None:
     """The running server's pid, identity and count of evaluations; None when none listens."""
-    return _ask(socket_path, {"op": "status"})
+    return _ask(socket_path, {"op": "status"}, lambda: None)
 
 
-def _ask(socket_path: Path, request: dict[str, Any]) -> dict[str, Any] | None:
+def _ask(socket_path: Path, request: dict[str, Any], on_wait: Callable[[], None]) -> dict[str, Any] | None:
+    """Send one request, return the final reply (after the server's "accepted", for an evaluation)."""
     if not socket_path.exists():
         return None
     _require_private(socket_path.parent, ServerRefused)
     try:
         connection = _connect(socket_path)
-    except OSError:  # nothing listens there: no socket file, or one left by a server that died
+    except OSError:  # nothing listens there: a socket file left by a server that died
         return None
     with connection:
-        channel.send(connection.fileno(), request)
+        if not _same_user(connection):
+            raise ServerRefused(f"the process listening on {socket_path} belongs to another user")
         try:
-            return channel.receive(connection.fileno())
-        except channel.ChannelClosed as exc:
-            raise ServerError(f"the judge server on {socket_path} stopped before it answered (its log says "
-                              "why); run again, or with --no-server") from exc
+            channel.send(connection.fileno(), request)
+            try:
+                reply = channel.receive(connection.fileno(), time.monotonic() + ACCEPT_WAIT_S)
+            except channel.ChannelTimeout:
+                on_wait()
+                reply = channel.receive(connection.fileno())
+            if reply.get("accepted"):
+                reply = channel.receive(connection.fileno())
+        except (channel.ChannelClosed, OSError, ValueError) as exc:
+            raise ServerError(f"the judge server on {socket_path} stopped before it answered ({exc}); its "
+                              "output says why; run again, or with --no-server") from exc
+    return reply
 
 
-def _absolute(ref: str | Path | None) -> str | None:
-    """A path the client can see, made absolute (the server has another working folder); built-in
-    names (level2/51) and shipped variants (@cuda) as they are."""
-    if ref is None:
-        return None
-    return str(Path(ref).resolve()) if Path(ref).exists() else str(ref)
+def _problem_ref(ref: str | Path) -> str:
+    """As the local loader reads it (problem._resolve): a file is made absolute (the server works in
+    another folder), a built-in name stays a name, anything else becomes the absolute path that is not
+    there, so the server reports the same missing file instead of finding one of its own."""
+    path = Path(ref).expanduser()
+    if path.is_file() or suite.find_builtin(str(ref)) is None:
+        return str(path.absolute())
+    return str(ref)
+
+
+def _solution_ref(ref: str | Path | None) -> str | None:
+    """A shipped variant (@cuda) as it is; a path made absolute."""
+    if ref is None or str(ref).startswith("@"):
+        return None if ref is None else str(ref)
+    return str(Path(ref).expanduser().absolute())
 
 
 def _connect(socket_path: Path) -> socket.socket:
@@ -121,12 +151,23 @@ def _connect(socket_path: Path) -> socket.socket:
 
 
 def _require_private(folder: Path, error: type[KernelJudgeError]) -> None:
-    """The socket's folder must belong to this user and be closed to everyone else: whoever can connect
-    has the server run the files they name (a client) or can answer with forged results (a server)."""
-    info = folder.stat()
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise error(f"{folder} must belong to you and be closed to others (chmod 700) to hold the judge "
-                    "server's socket; remove it, or choose another path with $KERNELJUDGE_SOCKET")
+    """The socket's folder must be a real folder of this user's that nobody else may open: whoever can
+    put a socket there could answer with forged results, and whoever can connect has the server run
+    the files they name."""
+    info = folder.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise error(f"{folder} is not a folder of yours closed to others (chmod 700, not a link), so it cannot "
+                    "hold the judge server's socket; choose another with --socket or $KERNELJUDGE_SOCKET")
+
+
+def _same_user(connection: socket.socket) -> bool:
+    """The process at the other end runs as this user (Linux reports it; elsewhere the folder's
+    permissions are the guard)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    return uid == os.getuid()
 
 
 # ----------------------------------------------------------------------------------------------- server
@@ -152,7 +193,9 @@ def serve(socket_path: Path, *, spares: int = 1, log: Callable[[str], None] = pr
 def _listen(socket_path: Path) -> socket.socket:
     socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     _require_private(socket_path.parent, UsageError)
-    if socket_path.exists():
+    if os.path.lexists(socket_path):
+        if not stat.S_ISSOCK(socket_path.lstat().st_mode):
+            raise UsageError(f"{socket_path} exists and is not a socket; choose another path with --socket")
         try:
             _connect(socket_path).close()
         except OSError:
@@ -171,33 +214,44 @@ def _listen(socket_path: Path) -> socket.socket:
 
 
 def _answer(connection: socket.socket, state: dict[str, Any], pool: WorkerPool, log: Callable[[str], None]) -> None:
-    """Read one request, send one reply. A client that leaves early loses only its own answer (the
-    result is in the store)."""
+    """Read one request, send one reply (an evaluation: "accepted" first). Nothing a client sends, and
+    no fault of the judge, stops the server; a client that left loses only its own answer."""
     if not _same_user(connection):
         log("refused a connection from another user")
         return
     try:
         request = channel.receive(connection.fileno(), time.monotonic() + REQUEST_WAIT_S)
-    except (channel.ChannelClosed, channel.ChannelTimeout, ValueError) as exc:
-        log(f"dropped a connection without a readable request ({type(exc).__name__})")
-        return
-    reply = _reply(request, state, pool, log)
-    try:
-        channel.send(connection.fileno(), reply)
-    except OSError:
-        log("the client left before its answer was sent")
+        reply = _reply(request, connection, state, pool, log)
+        if reply is not None:
+            channel.send(connection.fileno(), reply)
+    except (channel.ChannelClosed, channel.ChannelTimeout, OSError, ValueError) as exc:
+        log(f"dropped a connection: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # a fault of the judge itself: logged, told to the client if it is there
+        log(traceback.format_exc())
+        try:
+            channel.send(connection.fileno(), {"judge_error": f"{type(exc).__name__}: {exc}"})
+        except OSError:
+            pass
 
 
-def _reply(request: dict[str, Any], state: dict[str, Any], pool: WorkerPool, log: Callable[[str], None]) -> dict:
+def _reply(request: Any, connection: socket.socket, state: dict[str, Any], pool: WorkerPool,
+           log: Callable[[str], None]) -> dict[str, Any] | None:
+    if not isinstance(request, dict):
+        return {"usage_error": "the judge server takes a JSON object"}
     if request.get("op") == "status":
         return {**state, "spares_ready": len(pool.ready)}
     if request.get("op") != "evaluate" or request.get("verb") not in VERBS:
         return {"usage_error": f"the judge server does not know {request.get('op')!r} {request.get('verb')!r}"}
-    theirs = request.get("identity") or {}
-    differing = [name for name, value in state["identity"].items() if theirs.get(name) != value]
+    theirs = request.get("identity")
+    differing = _differences(state["identity"], theirs if isinstance(theirs, dict) else {})
     if differing:
         return {"refused": f"the judge server (pid {state['pid']}) runs with another {', '.join(differing)}; "
                            "restart `kerneljudge serve` from this environment"}
+    if _client_gone(connection):
+        log(f"{request['verb']} {request.get('problem')} {request.get('solution')}: the client left while "
+            "waiting; not evaluated")
+        return None
+    channel.send(connection.fileno(), {"accepted": True})
     started = time.monotonic()
     try:
         result = getattr(api, request["verb"])(request["problem"], request["solution"],
@@ -205,20 +259,21 @@ def _reply(request: dict[str, Any], state: dict[str, Any], pool: WorkerPool, log
     except KernelJudgeError as exc:
         log(f"{request['verb']} {request['problem']} {request['solution']}: {exc}")
         return {"usage_error": str(exc)}
-    except Exception as exc:  # a fault of the judge itself: the client is told, the server keeps serving
-        log(traceback.format_exc())
-        return {"judge_error": f"{type(exc).__name__}: {exc}"}
     state["evaluations"] += 1
     log(f"{request['verb']} {request['problem']} {request['solution'] or '(shipped)'}: {result.verdict} "
         f"in {time.monotonic() - started:.2f} s")
     return {"result": result.to_json()}
 
 
-def _same_user(connection: socket.socket) -> bool:
-    """The connecting process's user is the server's (Linux reports it; elsewhere the folder's
-    permissions are the guard)."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return True
-    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", credentials)
-    return uid == os.getuid()
+def _differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """What differs between two identities, named (environment variables one by one)."""
+    named = [name for name in ours if name != "environment" and theirs.get(name) != ours[name]]
+    env_ours, env_theirs = ours["environment"], theirs.get("environment") or {}
+    changed = sorted(k for k in set(env_ours) | set(env_theirs) if env_ours.get(k) != env_theirs.get(k))
+    return named + [f"${k}" for k in changed]
+
+
+def _client_gone(connection: socket.socket) -> bool:
+    """The client closed its end (interrupted while its request waited in the queue)."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""

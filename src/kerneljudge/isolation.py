@@ -168,8 +168,8 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """Pre-started workers for many evaluations in a row (several solutions, a batch, an RL loop, the
-    MCP server, `kerneljudge serve`).
+    """Pre-started workers for many evaluations in a row (an RL loop, the MCP server, `kerneljudge
+    serve`, `api.*(pool=...)` in a script).
 
     A worker spends its first seconds importing torch and starting CUDA (4.7 s on an H200 host); a spare
     started when the previous evaluation ended (`fill`) has done that by the time the next one takes it,

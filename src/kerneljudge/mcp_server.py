@@ -194,6 +194,7 @@ def run_stdio(options: Options | None = None) -> None:
     """Serve over stdio until the client closes the connection (what `kerneljudge mcp` runs), with a
     worker kept started ahead of each tool call."""
     with WorkerPool() as pool:
+        pool.fill()
         build_server(options, pool).run("stdio")
 
 

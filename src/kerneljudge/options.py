@@ -39,10 +39,14 @@ def default_store_path() -> Path:
 
 def default_server_socket() -> Path:
     """Where `kerneljudge serve` listens and the evaluation verbs look for it: $KERNELJUDGE_SOCKET, else
-    a socket in a folder only this user can open (the server runs the files its clients name)."""
+    in a folder only this user can open (the server runs the files its clients name):
+    $XDG_RUNTIME_DIR/kerneljudge/judge.sock, else /tmp/kerneljudge-UID/judge.sock."""
     env = os.environ.get("KERNELJUDGE_SOCKET")
     if env:
         return Path(env).expanduser()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "kerneljudge" / "judge.sock"
     return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
 
 

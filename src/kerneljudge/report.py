@@ -48,7 +48,9 @@ def timing_line(result: Result) -> str | None:
         if factor is not None:
             line += f"; {factor:.3g}x vs {name} ({base.get('median_ms', float('nan')):.4g} ms)"
     if timing.get("host_overhead_ms") is not None:
-        line += f"; host overhead {timing['host_overhead_ms']:.3g} ms/call (not in the device time)"
+        line += f"; host overhead {timing['host_overhead_ms']:.3g} ms/call " + (
+            "(the stream held while the host enqueued: not in the device time)" if timing.get("stream_hold_ms")
+            else "(the calls wait for the device: not separated from the device time)")
     floor = timing.get("floor") or {}
     if floor.get("floor_ms"):
         line += f"; memory floor {floor['floor_ms']:.4g} ms ({floor['percent_of_light']:.0f}% of speed of light)"

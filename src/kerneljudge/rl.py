@@ -127,7 +127,7 @@ class KernelEnv:
         self.max_steps = max_steps
         self.steps = 0
         self._ready = False
-        self.pool = WorkerPool()  # the next step's worker starts during this one
+        self.pool = WorkerPool()  # the next step's worker starts when this one's evaluation ends
 
     def close(self) -> None:
         """Stop the pre-started worker."""

@@ -52,7 +52,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 __all__ = [
     "Stats",
@@ -907,20 +907,20 @@ def measure(
 # --------------------------------------------------------------------------
 
 
-#: How long the device is held while the host's overhead per call is measured (outlasts the enqueueing).
-OVERHEAD_PROBE_HOLD_MS = 20.0
-#: A call whose host time per call reaches this is not launch-bound (it waits for the device, or its host
-#: work is the point): holding the stream cannot help it, and a long hold only leaves the GPU idle.
-HOLD_MAX_OVERHEAD_MS = 0.5
+#: The host's overhead per call is measured over this many calls, with the device held this long: a
+#: launch-bound call enqueues in microseconds, so the calls finish enqueueing long before the hold ends
+#: unless they wait for the device (a sync inside the call), and then no hold can help them.
+OVERHEAD_PROBE_CALLS = 10
+OVERHEAD_PROBE_HOLD_MS = 30.0
 
 
 def host_overhead_ms(fn: Callable[[int], object], *, clock_ns: Callable[[], int], sync: Callable[[], None],
-                     calls: int = 20, hold: Callable[[], None] | None = None) -> float:
+                     calls: int = OVERHEAD_PROBE_CALLS, hold: Callable[[], None] | None = None) -> float:
     """Host time of one call that does not wait for the device (Python and launch overhead), averaged
     over ``calls`` calls made back to back after a sync. With ``hold`` (a device spin that outlasts the
     enqueueing) the calls queue behind it, so the device's own time cannot leak into the figure when its
-    queue pushes back: without one, an 8192^3 bf16 matmul on an H200 showed 4.1 ms of "host overhead"
-    per 1.6 ms call."""
+    queue pushes back: without one, an 8192^3 bf16 matmul on an H200 showed 5.8 ms of "host overhead"
+    per 1.6 ms call; with one, 0.021 ms."""
     sync()
     if hold is not None:
         hold()
@@ -953,30 +953,39 @@ def spin_hold(hold_ms: float, cycles_per_ms: float) -> Callable[[], None]:
     return lambda: torch.cuda._sleep(cycles)
 
 
+class HeldTimer(NamedTuple):
+    """A CUDA event timer as the judge builds it, with what it found out about the call."""
+
+    timer: CudaEventTimer
+    host_overhead_ms: float  # host time per call, the device held (not waiting for it)
+    hold_ms: float  # the spin per batch; 0 when the calls wait for the device
+
+
 def held_event_timer(device: Any, flush: Callable[[], None] | None, fn_for_iteration: Callable[[int], object], *,
                      batch: int, clock_ns: Callable[[], int], sync: Callable[[], None],
-                     cycles_per_ms: float | None = None) -> tuple[CudaEventTimer, float]:
-    """How the judge times on a GPU, and the host's overhead per call (ms): events in batches of
-    ``batch`` calls, the stream held by a spin of ``hold_for(overhead, batch)`` while the host enqueues
-    each batch. The overhead is measured with the device held (see :func:`host_overhead_ms`).
-    ``cycles_per_ms`` of the spin is measured if not given."""
+                     cycles_per_ms: float | None = None) -> HeldTimer:
+    """How the judge times on a GPU: events in batches of ``batch`` calls, the stream held by a spin of
+    ``hold_for(overhead, batch)`` while the host enqueues each batch. The overhead is measured with the
+    device held (see :func:`host_overhead_ms`). ``cycles_per_ms`` of the spin is measured if not given."""
     cycles = cycles_per_ms or spin_cycles_per_ms(device)
-    overhead_ms = host_overhead_ms(fn_for_iteration, clock_ns=clock_ns, sync=sync,
+    overhead_ms = host_overhead_ms(fn_for_iteration, clock_ns=clock_ns, sync=sync, calls=OVERHEAD_PROBE_CALLS,
                                    hold=spin_hold(OVERHEAD_PROBE_HOLD_MS, cycles))
     hold_ms = hold_for(overhead_ms, batch)
     timer = cuda_event_timer(device, flush, spin_hold(hold_ms, cycles) if hold_ms else None, batch=batch)
-    return timer, overhead_ms
+    return HeldTimer(timer, overhead_ms, hold_ms)
 
 
 def hold_for(overhead_ms: float, calls: int = 1) -> float:
-    """How long to hold the stream while the host enqueues ``calls`` calls whose host overhead is
-    ``overhead_ms`` each: twice that plus 20 us per call; no hold (0) for a call that is not launch-bound
-    (``HOLD_MAX_OVERHEAD_MS`` or more), whose hold would only leave the GPU idle. Idle time lets a
-    power-limited kernel run at higher clocks: an 8192^3 bf16 matmul measured 15% faster behind a
-    3 ms hold than back to back (docs/benchmarks.md)."""
-    if overhead_ms <= 0 or overhead_ms >= HOLD_MAX_OVERHEAD_MS:
+    """How long to hold the stream while the host enqueues ``calls`` calls whose host overhead,
+    measured as :func:`held_event_timer` does, is ``overhead_ms`` each: twice that plus 20 us per call,
+    at most 2 ms per call; none for calls that did not finish enqueueing within the probe's hold (they
+    wait for the device, and a hold cannot help them). The overhead must be measured with the device
+    held: a hold sized from a figure that includes device time leaves the GPU idle, and a power-limited
+    kernel then runs at higher clocks (an 8192^3 bf16 matmul measured 15% faster behind an 8 ms hold
+    per batch than back to back; docs/benchmarks.md)."""
+    if overhead_ms * OVERHEAD_PROBE_CALLS >= OVERHEAD_PROBE_HOLD_MS:
         return 0.0
-    return calls * (2 * overhead_ms + 0.02)
+    return calls * min(2.0, 2 * overhead_ms + 0.02)
 
 
 # --------------------------------------------------------------------------

@@ -27,6 +27,7 @@ IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
+BATCH_OUTPUT_BUDGET_BYTES = 2 << 30  # outputs of one batch of timed calls kept until it finishes
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 
 
@@ -35,6 +36,7 @@ class Timed:
     measurement: timing.Measurement
     checked: int
     host_overhead_ms: float | None  # plain CUDA events only
+    hold_ms: float = 0.0  # the stream held per batch while the host enqueued it
 
 
 def method(session: Session, opts: dict[str, Any]) -> str:
@@ -43,14 +45,17 @@ def method(session: Session, opts: dict[str, Any]) -> str:
     return "host-clock"
 
 
+def _l2_flush(session: Session) -> timing.L2Flusher:
+    return timing.L2Flusher.for_cuda_device(session.device)
+
+
 def _timer(session: Session, opts: dict[str, Any], input_sets: int):
     """Graph replays, or one call at a time on plain CUDA events (the copy bandwidth) or the bound host
     clock, each with its cache flush. The candidate and the baselines on CUDA events: `time_model`."""
     if method(session, opts) == "cuda-graph":
-        flush = timing.L2Flusher.for_cuda_device(session.device)
-        return timing.cuda_graph_timer(session.device, flush, input_period=input_sets)
-    if session.device.type == "cuda":  # the copy-bandwidth measurement: one call at a time, no hold
-        return timing.cuda_event_timer(session.device, timing.L2Flusher.for_cuda_device(session.device))
+        return timing.cuda_graph_timer(session.device, _l2_flush(session), input_period=input_sets)
+    if session.device.type == "cuda":
+        return timing.cuda_event_timer(session.device, _l2_flush(session))
     return timing.HostTimer(session.guard.clock_ns, flush=timing.CpuCacheFlusher())
 
 
@@ -60,27 +65,26 @@ def _stop(opts: dict[str, Any]) -> timing.StopRule:
 
 
 def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], findings: list[Finding],
-               label: str, check: bool) -> Timed:
+               label: str, check: bool, batch: int) -> Timed:
     """Time `model` rotating over `sets`. From the second round on, each set is refilled in place with new
     values before its turn (same buffers, new contents: memos by address or by sampled content stop
     paying); with `check`, up to `checked_calls` outputs at secret random positions are compared with
-    the reference's output for the same inputs, computed right after the call (outside the timed region).
-    On a GPU the events hold the calls' device time: they run in batches of one call per input set
-    (back to back on the device, and no set is refilled while an output computed from it waits to be
-    checked); the host's overhead is measured first and, for a launch-bound call, the stream is held (a
-    spin of twice that per call) while the host enqueues each batch."""
-    overhead_ms = None
-    if method(session, opts) == "cuda-events":  # in batches of one call per input set (see below)
+    the reference's output for the same inputs, computed right after the call's batch (outside the timed
+    region). On a GPU the events hold the calls' device time: they run in batches of `batch` calls, at
+    most one per input set (back to back on the device, and no set is refilled while an output computed
+    from it waits to be checked); the host's overhead per call is measured first, with the device held,
+    and the stream is held while the host enqueues each batch (`timing.hold_for`)."""
+    held = None
+    if method(session, opts) == "cuda-events":
         session.spin_cycles_per_ms = session.spin_cycles_per_ms or timing.spin_cycles_per_ms(session.device)
         with torch.inference_mode():
-            timer, overhead_ms = timing.held_event_timer(
-                session.device, timing.L2Flusher.for_cuda_device(session.device),
-                lambda i: model(*sets[i % len(sets)]), batch=len(sets), clock_ns=session.guard.clock_ns,
-                sync=lambda: synchronize(session.device), cycles_per_ms=session.spin_cycles_per_ms)
-    else:
-        timer = _timer(session, opts, len(sets))
+            held = timing.held_event_timer(session.device, _l2_flush(session), lambda i: model(*sets[i % len(sets)]),
+                                           batch=batch, clock_ns=session.guard.clock_ns,
+                                           sync=lambda: synchronize(session.device),
+                                           cycles_per_ms=session.spin_cycles_per_ms)
+    timer = held.timer if held else _timer(session, opts, len(sets))
     chooser = random.SystemRandom()  # not from the run's seed: nothing in the process can predict it
-    used = set(range(len(sets))) if overhead_ms is not None else set()  # sets whose values a call has seen
+    used = set(range(len(sets))) if held else set()  # sets whose values a call has seen
     outputs: dict[int, Any] = {}  # of the calls whose batch has not finished
     state = {"checked": 0}
 
@@ -97,6 +101,8 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
     def after(i: int) -> None:
         # whether this output is checked is decided only now, after the call returned
         out = outputs.pop(i)
+        if _buffers(out) & {ptr for later in outputs.values() for ptr in _buffers(later)}:
+            return  # a later call of the batch wrote into this output (reuse: the output-alias probe's finding)
         if check and state["checked"] < opts["checked_calls"] and chooser.random() < CHECK_PROBABILITY:
             state["checked"] += 1
             _check_timed_output(session, i, out, sets[i % len(sets)], findings, label)
@@ -105,7 +111,14 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
         measurement = timing.measure(call, timer=timer, stop=_stop(opts), warmup_runs=opts["warmup_runs"],
                                      warmup_ms=opts["warmup_ms"], wall_clock_ms=session.guard.wall_ms,
                                      before=before, after=after)
-    return Timed(measurement, state["checked"], overhead_ms)
+    return Timed(measurement, state["checked"], held.host_overhead_ms if held else None,
+                 held.hold_ms if held else 0.0)
+
+
+def _buffers(output) -> set[int]:
+    """Addresses of the tensors in an output (a tensor, or a tuple or list of them)."""
+    items = output if isinstance(output, (tuple, list)) else (output,)
+    return {t.untyped_storage().data_ptr() for t in items if isinstance(t, torch.Tensor) and t.numel()}
 
 
 def _refill(session: Session, args: list) -> None:
@@ -152,7 +165,8 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     sets = input_sets(session, int(opts["input_sets"]))
     with torch.inference_mode():
         output_bytes = timing.tensor_bytes(session.reference(*clone_args(sets[0])))
-    candidate = time_model(session, session.candidate, sets, opts, findings, "candidate", check=True)
+    batch = max(1, min(len(sets), BATCH_OUTPUT_BUDGET_BYTES // max(1, output_bytes)))
+    candidate = time_model(session, session.candidate, sets, opts, findings, "candidate", check=True, batch=batch)
     stats = candidate.measurement.stats
     if stats.rel_sem > NOISY_FACTOR * opts["target_rel_sem"]:
         findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after "
@@ -162,13 +176,14 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
         "method": method(session, opts), "input_sets": len(sets), "checked_outputs": candidate.checked,
         "candidate": stats.to_json(), "stop_reason": candidate.measurement.stop_reason,
         "host_overhead_ms": None if candidate.host_overhead_ms is None else round(candidate.host_overhead_ms, 6),
+        "batch": batch if candidate.host_overhead_ms is not None else 1, "stream_hold_ms": round(candidate.hold_ms, 4),
         "samples_ms": [round(x, 6) for x in candidate.measurement.samples_ms[:1000]],
         "stop_rule": {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms", "target_rel_sem")},
         "baselines": {},
     }
     started = session.guard.wall_ms()
     for name in baselines:
-        block["baselines"][name], note = _baseline(session, name, sets, opts)
+        block["baselines"][name], note = _baseline(session, name, sets, opts, batch)
         if note:
             findings.append(Finding.of("baseline-unavailable", f"{name}: {note}", stage="baselines"))
     baselines_ms = session.guard.wall_ms() - started
@@ -186,7 +201,7 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     return block, findings
 
 
-def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any]):
+def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any], batch: int):
     """Stats of the reference (eager or torch.compile), or None and why not."""
     model = session.reference
     if name == "compile":
@@ -197,7 +212,7 @@ def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any
         except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
             return None, f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     try:
-        timed = time_model(session, model, sets, opts, [], name, check=False)
+        timed = time_model(session, model, sets, opts, [], name, check=False, batch=batch)
     except Exception as exc:  # noqa: BLE001
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     return timed.measurement.stats.to_json(), None
