@@ -118,7 +118,8 @@ def mcp_command(store_path: Path | None, no_store: bool, cache_dir: Path | None)
 
 @click.command("serve")
 @click.option("--socket", "socket_path", type=click.Path(path_type=Path), default=None,
-              help="Where to listen (default $KERNELJUDGE_SOCKET, else /tmp/kerneljudge-UID/judge.sock).")
+              help="Where to listen (default $KERNELJUDGE_SOCKET, else judge.sock in "
+                   "$XDG_RUNTIME_DIR/kerneljudge or /tmp/kerneljudge-UID).")
 @click.option("--spares", default=1, show_default=True, type=click.IntRange(min=1),
               help="Workers kept started ahead of the next evaluation.")
 @click.option("--status", is_flag=True, help="Print the running server's status as JSON and exit (1: none).")
@@ -126,8 +127,8 @@ def serve_command(socket_path: Path | None, spares: int, status: bool) -> None:
     """Keep a worker started between calls: eval, check, bench and submit then skip the seconds a new
     worker spends importing torch and starting CUDA. They use a running server on their own (one
     evaluation at a time); stop it with Ctrl-C or SIGTERM. It runs with its own environment, so start it
-    from the one you evaluate in (clients whose kerneljudge, Python or CUDA_VISIBLE_DEVICES differ
-    evaluate themselves)."""
+    from the one you evaluate in (clients whose kerneljudge, Python, or environment for the workers
+    (compilers, CUDA and library paths, visible GPUs, thread counts) differ evaluate themselves)."""
     import signal
 
     from kerneljudge import daemon

@@ -42,8 +42,8 @@ REQUEST_WAIT_S = 30.0
 #: How long a client waits for the server to take its request before saying that it waits.
 ACCEPT_WAIT_S = 1.0
 #: Environment variables the workers' behaviour depends on (compilers, libraries, devices, threads).
-_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "TRITON_", "NVIDIA_", "OMP_", "MKL_")
-_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX")
+_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "TRITON_", "OMP_", "MKL_")
+_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX", "NVIDIA_VISIBLE_DEVICES")
 
 
 class ServerRefused(KernelJudgeError):
