@@ -379,11 +379,12 @@ class CudaEventTimer:
     ``batch`` calls are enqueued back to back (each with its own flush and
     event pair) before the host waits once, as triton's do_bench does, and
     each still yields its own sample.  Waiting after every call leaves the
-    GPU idle between calls, and a power-limited kernel then runs at clocks
-    that depend on those idle gaps: on an H200 five repeated measurements of
-    an 8192^3 bf16 matmul spread 3.2% waiting per call and 1.1% in batches
-    of four (docs/benchmarks.md).  One sample's work still cannot overlap
-    the next sample's flush: they are ordered on one stream.
+    GPU idle between calls, and its clocks then depend on those idle gaps:
+    on an H200 five repeated measurements of a 1 GiB copy spread 3% waiting
+    per call and under 0.2% in batches of four (docs/benchmarks.md, which
+    also shows a power-limited matmul drifting 1-5% either way).  One
+    sample's work still cannot overlap the next sample's flush: they are
+    ordered on one stream.
 
     Caveat: events time the *current stream*.  Work that ``fn`` puts on other
     streams without joining them back is not timed; a judge that distrusts
@@ -968,7 +969,7 @@ def held_event_timer(device: Any, flush: Callable[[], None] | None, fn_for_itera
     ``hold_for(overhead, batch)`` while the host enqueues each batch. The overhead is measured with the
     device held (see :func:`host_overhead_ms`). ``cycles_per_ms`` of the spin is measured if not given."""
     cycles = cycles_per_ms or spin_cycles_per_ms(device)
-    overhead_ms = host_overhead_ms(fn_for_iteration, clock_ns=clock_ns, sync=sync, calls=OVERHEAD_PROBE_CALLS,
+    overhead_ms = host_overhead_ms(fn_for_iteration, clock_ns=clock_ns, sync=sync,
                                    hold=spin_hold(OVERHEAD_PROBE_HOLD_MS, cycles))
     hold_ms = hold_for(overhead_ms, batch)
     timer = cuda_event_timer(device, flush, spin_hold(hold_ms, cycles) if hold_ms else None, batch=batch)
