@@ -14,7 +14,9 @@ Rows longer than 8192 vectors use a two-pass loop kernel (x is read twice).
 w_mean (float32) and c (1-element float32 tensor) are cached in plain attributes and
 recomputed (torch ops, float64 accumulation) whenever any parameter changes in place, is
 replaced, has its .data swapped, or moves device/dtype; that refresh is the only time the
-weight is read. Non-float32 inputs, CPU tensors, and non-2D inputs use the PyTorch formula.
+weight is read. Inference tensors (parameters made under torch.inference_mode()) have no version
+counter, so for them the values are derived anew on every call. Non-float32 inputs, CPU tensors,
+and non-2D inputs use the PyTorch formula.
 
 Importing this file compiles the extension with nvcc; on a CPU-only PyTorch build that fails.
 """
@@ -213,21 +215,28 @@ class ModelNew(nn.Module):
             return None
         return (id(p), p._version, p.data_ptr(), p.device, p.dtype, tuple(p.shape))
 
+    @staticmethod
+    def _kj_compute(weight, bias, sub):
+        """(w_mean, c): float64 accumulation, stored in float32 (float64 for float64 params)."""
+        with torch.no_grad():
+            acc = torch.float64
+            store = torch.float64 if weight.dtype == torch.float64 else torch.float32
+            w_mean = weight.mean(dim=0, dtype=acc).to(store).contiguous()
+            c = -sub.mean(dtype=acc)
+            if bias is not None:
+                c = c + bias.mean(dtype=acc)
+            return w_mean, c.to(store).reshape(1)
+
     def _kj_derived(self):
         params = self._kj_params()
+        if any(p is not None and p.is_inference() for p in params):
+            # Inference tensors (made under torch.inference_mode) have no version counter, so an
+            # in-place change to one cannot be seen: derive the values anew on every call.
+            self._kj_key = self._kj_pin = None
+            return self._kj_compute(*params)
         key = tuple(self._kj_param_key(p) for p in params)
         if key != self._kj_key:
-            weight, bias, sub = params
-            with torch.no_grad():
-                acc = torch.float64
-                store = torch.float64 if weight.dtype == torch.float64 else torch.float32
-                w_mean = (weight.sum(dim=0, dtype=acc) / weight.shape[0]).to(store).contiguous()
-                c = -sub.to(acc).mean()
-                if bias is not None:
-                    c = c + bias.to(acc).mean()
-                c = c.to(store).reshape(1)
-            self._kj_w_mean = w_mean
-            self._kj_c = c
+            self._kj_w_mean, self._kj_c = self._kj_compute(*params)
             self._kj_key = key
             # Pin the keyed objects/storages so a freed id()/data_ptr() cannot alias the key.
             self._kj_pin = tuple(p.detach() if p is not None else None for p in params) + params

@@ -9,7 +9,9 @@ Exact algebraic simplification of the reference for a 2D input x of shape (B, in
 w_mean and c are derived from the parameters and cached in plain attributes. They are
 recomputed whenever any parameter is changed in place (version counter), replaced by a new
 object, has its .data swapped, or moves device/dtype. The refresh is the only time the big
-weight is read. c stays a 0-d tensor on the device (no host sync in forward).
+weight is read. c stays a 0-d tensor on the device (no host sync in forward). Parameters made
+under torch.inference_mode() are inference tensors, which have no version counter: for those the
+values are derived anew on every call (one read of the weight per call, never stale).
 """
 import torch
 import torch.nn as nn
@@ -35,27 +37,30 @@ class ModelNew(nn.Module):
             return None
         return (id(p), p._version, p.data_ptr(), p.device, p.dtype, tuple(p.shape))
 
+    @staticmethod
+    def _kj_compute(weight, bias, sub):
+        """(w_mean, c): float64 accumulation, stored in float32 (float64 for float64 params)."""
+        with torch.no_grad():
+            acc = torch.float64
+            store = torch.float64 if weight.dtype == torch.float64 else torch.float32
+            w_mean = weight.mean(dim=0, dtype=acc).to(store).contiguous()
+            c = -sub.mean(dtype=acc)
+            if bias is not None:
+                c = c + bias.mean(dtype=acc)
+            return w_mean, c.to(store)
+
     def _kj_derived(self):
         params = self._kj_params()
+        if any(p is not None and p.is_inference() for p in params):
+            # Inference tensors (made under torch.inference_mode) have no version counter, so an
+            # in-place change to one cannot be seen: derive the values anew on every call.
+            self._kj_key = self._kj_pin = None
+            return self._kj_compute(*params)
         key = tuple(self._kj_param_key(p) for p in params)
         if key != self._kj_key:
-            weight, bias, sub = params
-            with torch.no_grad():
-                acc = torch.float64
-                out_features = weight.shape[0]
-                # float64 accumulation, stored in float32 (float64 if the params are float64).
-                store = torch.float64 if weight.dtype == torch.float64 else torch.float32
-                w_mean = (weight.sum(dim=0, dtype=acc) / out_features).to(store).contiguous()
-                c = -sub.to(acc).mean()
-                if bias is not None:
-                    c = c + bias.to(acc).mean()
-                c = c.to(store)
-            self._kj_w_mean = w_mean
-            self._kj_c = c
+            self._kj_w_mean, self._kj_c = self._kj_compute(*params)
             self._kj_key = key
-            # Keep the parameter objects (and their storages) alive while they are the cache
-            # key, so neither an id() nor a data_ptr() of a freed object can be reused and
-            # alias the key.
+            # Pin the keyed objects/storages so a freed id()/data_ptr() cannot alias the key.
             self._kj_pin = tuple(p.detach() if p is not None else None for p in params) + params
         return self._kj_w_mean, self._kj_c
 

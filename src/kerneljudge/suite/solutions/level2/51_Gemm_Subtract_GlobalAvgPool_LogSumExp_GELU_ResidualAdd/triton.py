@@ -11,7 +11,9 @@ than _MAX_SINGLE_BLOCK elements use a two-pass chunked loop (x is read twice).
 
 w_mean (float32) and c (0-d float32 tensor, read by the kernel through a pointer, so there is
 no host sync) are cached in plain attributes and recomputed when any parameter changes in
-place, is replaced, has its .data swapped, or moves device/dtype.
+place, is replaced, has its .data swapped, or moves device/dtype. Inference tensors (parameters
+made under torch.inference_mode()) have no version counter, so for them the values are derived
+anew on every call.
 
 Runs on CUDA tensors (fp32/fp16/bf16) and, under TRITON_INTERPRET=1, on CPU tensors. float64
 inputs, non-2D inputs, and CPU tensors without the interpreter use the PyTorch formula.
@@ -90,21 +92,28 @@ class ModelNew(nn.Module):
             return None
         return (id(p), p._version, p.data_ptr(), p.device, p.dtype, tuple(p.shape))
 
+    @staticmethod
+    def _kj_compute(weight, bias, sub):
+        """(w_mean, c): float64 accumulation, stored in float32 (float64 for float64 params)."""
+        with torch.no_grad():
+            acc = torch.float64
+            store = torch.float64 if weight.dtype == torch.float64 else torch.float32
+            w_mean = weight.mean(dim=0, dtype=acc).to(store).contiguous()
+            c = -sub.mean(dtype=acc)
+            if bias is not None:
+                c = c + bias.mean(dtype=acc)
+            return w_mean, c.to(store).reshape(1)
+
     def _kj_derived(self):
         params = self._kj_params()
+        if any(p is not None and p.is_inference() for p in params):
+            # Inference tensors (made under torch.inference_mode) have no version counter, so an
+            # in-place change to one cannot be seen: derive the values anew on every call.
+            self._kj_key = self._kj_pin = None
+            return self._kj_compute(*params)
         key = tuple(self._kj_param_key(p) for p in params)
         if key != self._kj_key:
-            weight, bias, sub = params
-            with torch.no_grad():
-                acc = torch.float64
-                store = torch.float64 if weight.dtype == torch.float64 else torch.float32
-                w_mean = (weight.sum(dim=0, dtype=acc) / weight.shape[0]).to(store).contiguous()
-                c = -sub.to(acc).mean()
-                if bias is not None:
-                    c = c + bias.to(acc).mean()
-                c = c.to(store).reshape(1)
-            self._kj_w_mean = w_mean
-            self._kj_c = c
+            self._kj_w_mean, self._kj_c = self._kj_compute(*params)
             self._kj_key = key
             # Pin the keyed objects/storages so a freed id()/data_ptr() cannot alias the key.
             self._kj_pin = tuple(p.detach() if p is not None else None for p in params) + params
