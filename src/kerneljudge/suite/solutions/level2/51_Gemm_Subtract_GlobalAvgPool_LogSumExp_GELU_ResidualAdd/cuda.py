@@ -12,7 +12,7 @@ for the residual add; GELU is exact (erff). c is read through a device pointer (
 Rows longer than 8192 vectors use a two-pass loop kernel (x is read twice).
 
 w_mean (float32) and c (1-element float32 tensor) are cached in plain attributes and
-recomputed (torch ops, float64 accumulation) whenever any parameter changes in place, is
+recomputed (torch ops, float32 accumulation) whenever any parameter changes in place, is
 replaced, has its .data swapped, or moves device/dtype; that refresh is the only time the
 weight is read. Inference tensors (parameters made under torch.inference_mode()) have no version
 counter, so for them the values are derived anew on every call. Non-float32 inputs, CPU tensors,
@@ -87,12 +87,15 @@ kj_l2_51_row_kernel(const float* __restrict__ x, const float* __restrict__ w,
     const T* __restrict__ xr = reinterpret_cast<const T*>(x + row * x_stride);
     const T* __restrict__ wv = reinterpret_cast<const T*>(w);
     T* __restrict__ orow = reinterpret_cast<T*>(out + row * out_stride);
+    const float cv = __ldg(c);  // before the reduction, not after it at the tail of the row
 
+    // Plain loads and stores: the evict-first hints (__ldcs/__stcs) cost 6% at full size on an
+    // H200 (benchmarks/l2_51_variants.py: 1.099x a copy with them, 1.037x without).
     T xv[ITEMS];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int idx = threadIdx.x + i * THREADS;
-        if (idx < n) xv[i] = __ldcs(xr + idx);  // streamed once: evict-first
+        if (idx < n) xv[i] = xr[idx];
     }
     float acc = 0.0f;
 #pragma unroll
@@ -100,12 +103,12 @@ kj_l2_51_row_kernel(const float* __restrict__ x, const float* __restrict__ w,
         const int idx = threadIdx.x + i * THREADS;
         if (idx < n) acc = kj_dot(xv[i], __ldg(wv + idx), acc);
     }
-    const float z = kj_block_sum<THREADS>(acc) + __ldg(c);
+    const float z = kj_block_sum<THREADS>(acc) + cv;
     const float g = kj_gelu(z);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int idx = threadIdx.x + i * THREADS;
-        if (idx < n) __stcs(orow + idx, kj_add(xv[i], g));
+        if (idx < n) orow[idx] = kj_add(xv[i], g);
     }
 }
 
@@ -141,7 +144,7 @@ bool kj_dispatch(const torch::Tensor& x, const torch::Tensor& w, const torch::Te
     else if (n <= 256)  kj_launch<T, 256, 1>(x, w, c, out, (int)n, stream);
     else if (n <= 512)  kj_launch<T, 256, 2>(x, w, c, out, (int)n, stream);
     else if (n <= 1024) kj_launch<T, 256, 4>(x, w, c, out, (int)n, stream);
-    else if (n <= 2048) kj_launch<T, 1024, 2>(x, w, c, out, (int)n, stream);  // 1.075x a copy (sweep)
+    else if (n <= 2048) kj_launch<T, 1024, 2>(x, w, c, out, (int)n, stream);  // 1.037x a copy (do_bench)
     else if (n <= 4096) kj_launch<T, 512, 8>(x, w, c, out, (int)n, stream);
     else if (n <= 8192) kj_launch<T, 512, 16>(x, w, c, out, (int)n, stream);
     else return false;
@@ -217,14 +220,15 @@ class ModelNew(nn.Module):
 
     @staticmethod
     def _kj_compute(weight, bias, sub):
-        """(w_mean, c): float64 accumulation, stored in float32 (float64 for float64 params)."""
+        """(w_mean, c) in float32 (float64 for float64 params). w_mean accumulates in that type, as the
+        reference's own GEMM does: on an H200 this is 0.09 ms, float64 accumulation 0.45 ms, and
+        parameters made under inference_mode pay it on every call. c (short vectors): float64."""
         with torch.no_grad():
-            acc = torch.float64
             store = torch.float64 if weight.dtype == torch.float64 else torch.float32
-            w_mean = weight.mean(dim=0, dtype=acc).to(store).contiguous()
-            c = -sub.mean(dtype=acc)
+            w_mean = weight.mean(dim=0, dtype=store).contiguous()
+            c = -sub.mean(dtype=torch.float64)
             if bias is not None:
-                c = c + bias.mean(dtype=acc)
+                c = c + bias.mean(dtype=torch.float64)
             return w_mean, c.to(store).reshape(1)
 
     def _kj_derived(self):

@@ -94,14 +94,15 @@ class ModelNew(nn.Module):
 
     @staticmethod
     def _kj_compute(weight, bias, sub):
-        """(w_mean, c): float64 accumulation, stored in float32 (float64 for float64 params)."""
+        """(w_mean, c) in float32 (float64 for float64 params). w_mean accumulates in that type, as the
+        reference's own GEMM does: on an H200 this is 0.09 ms, float64 accumulation 0.45 ms, and
+        parameters made under inference_mode pay it on every call. c (short vectors): float64."""
         with torch.no_grad():
-            acc = torch.float64
             store = torch.float64 if weight.dtype == torch.float64 else torch.float32
-            w_mean = weight.mean(dim=0, dtype=acc).to(store).contiguous()
-            c = -sub.mean(dtype=acc)
+            w_mean = weight.mean(dim=0, dtype=store).contiguous()
+            c = -sub.mean(dtype=torch.float64)
             if bias is not None:
-                c = c + bias.mean(dtype=acc)
+                c = c + bias.mean(dtype=torch.float64)
             return w_mean, c.to(store).reshape(1)
 
     def _kj_derived(self):
