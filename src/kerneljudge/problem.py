@@ -74,8 +74,9 @@ def _resolve(ref: str | Path, problems_root: Path | None) -> tuple[Path, str, bo
         root = suite.layout_root(Path(problems_root).expanduser())
         entry = suite.find_builtin(str(ref), root)
         if entry is None:
-            raise ProblemError(f"no problem {ref!r} under the problems root {root} (KernelBench layout: "
-                               f"{root}/level1/19_ReLU.py; --problems-root or $KERNELJUDGE_PROBLEMS_ROOT)")
+            raise ProblemError(f"no problem {ref!r} in the problems root {root} (--problems-root or "
+                               "$KERNELJUDGE_PROBLEMS_ROOT): it holds KernelBench's layout, level1/19_ReLU.py, "
+                               "directly or in a KernelBench/ subfolder")
         return entry.path.resolve(), entry.name, False
     entry = suite.find_builtin(str(ref))
     if entry is not None:

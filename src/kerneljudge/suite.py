@@ -26,10 +26,10 @@ VARIANT_PREFERENCE = {"cuda": ("cuda", "triton", "pytorch", "cpp"), "cpu": ("pyt
 #: constants that differ (tests/test_problems.py checks them against ../shared/kernelbench), and what
 #: else differs, in words.
 KERNELBENCH_DIFFERENCES: dict[str, tuple[dict[str, int], str]] = {
-    "level1/19_ReLU": ({"dim": 393216}, "inputs from torch.randn (KernelBench: torch.rand)"),
-    "level1/23_Softmax": ({"dim": 393216}, "inputs from torch.randn (KernelBench: torch.rand)"),
+    "level1/19_ReLU": ({"dim": 393216}, "torch.rand inputs (here torch.randn)"),
+    "level1/23_Softmax": ({"dim": 393216}, "torch.rand inputs (here torch.randn)"),
     "level1/47_Sum_reduction_over_a_dimension": ({"batch_size": 128, "dim1": 4096, "dim2": 4095},
-                                                 "inputs from torch.randn (KernelBench: torch.rand)"),
+                                                 "torch.rand inputs (here torch.randn)"),
     "level1/63_conv_standard_2D__square_input__square_kernel": (
         {"in_channels": 16, "out_channels": 128, "height": 1024, "width": 1024}, ""),
 }
@@ -81,10 +81,11 @@ def find_builtin(ref: str, root: Path = SUITE_ROOT) -> ProblemEntry | None:
 
 def layout_root(root: Path) -> Path:
     """The folder holding `level<N>/` in a problems root: the root itself, or its `KernelBench/`
-    subfolder (a clone of the KernelBench repository)."""
-    nested = root / "KernelBench"
-    if not any(root.glob("level*/")) and any(nested.glob("level*/")):
-        return nested
+    (a clone of the KernelBench repository) or `kernelbench/` subfolder."""
+    if not any(root.glob("level*/")):
+        for nested in (root / "KernelBench", root / "kernelbench"):
+            if any(nested.glob("level*/")):
+                return nested
     return root
 
 
@@ -95,8 +96,7 @@ def kernelbench_difference(name: str, path: Path) -> str | None:
     theirs, other = KERNELBENCH_DIFFERENCES[name]
     ours = sourcefile.constants(sourcefile.parse(path.read_text(), str(path)))
     sizes = ", ".join(f"{k}={v} (here {ours.get(k)})" for k, v in theirs.items())
-    return f"differs from KernelBench's: {sizes}" + (f"; {other}" if other else "") + \
-        " (--problems-root DIR runs KernelBench's file)"
+    return f"KernelBench's file has {sizes}" + (f"; {other}" if other else "")
 
 
 def builtin_name(path: Path) -> str | None:
