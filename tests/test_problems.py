@@ -108,7 +108,8 @@ def test_integer_expressions_chained_and_unpacking_assignments():
 
 @needs_kernelbench
 def test_derived_constants_follow_the_constant_they_come_from():
-    depthwise = KERNELBENCH / "level1/85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel.py"  # groups = in_channels
+    # groups = in_channels
+    depthwise = KERNELBENCH / "level1/85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel.py"
     problem = load_problem(depthwise, overrides=(("in_channels", "4"),))
     assert problem.constants["groups"] == 4 and problem.overrides == {"in_channels": 4, "groups": 4}
     resnet = KERNELBENCH / "level3/9_ResNet18.py"  # input_shape = (batch_size, 3, 224, 224)
@@ -116,7 +117,8 @@ def test_derived_constants_follow_the_constant_they_come_from():
     deep = KERNELBENCH / "level3/3_DeepNarrowMLP.py"  # hidden_layer_sizes = [1024] * 16
     assert load_problem(deep).constants["hidden_layer_sizes"] == [1024] * 16
     assert load_problem(deep, overrides=(("hidden_layer_sizes", "8,8"),)).constants["hidden_layer_sizes"] == [8, 8]
-    assert load_problem(deep, overrides=(("hidden_layer_sizes", "[8, 8, 8]"),)).constants["hidden_layer_sizes"] == [8] * 3
+    bracketed = load_problem(deep, overrides=(("hidden_layer_sizes", "[8, 8, 8]"),))
+    assert bracketed.constants["hidden_layer_sizes"] == [8] * 3
 
 
 def test_the_evaluator_computes_numbers_and_refuses_code():
@@ -138,6 +140,14 @@ def test_the_evaluator_computes_numbers_and_refuses_code():
             sourcefile.parse_value(text)
     assert [sourcefile.parse_value(t) for t in ("1_024", "2048 * 2", "-1", "1e-5", "true", "8,8", "[8, 8]")] == \
         [1024, 4096, -1, 1e-5, True, (8, 8), [8, 8]]
+
+
+def test_rewrites_keep_every_other_line_where_it_was():
+    source = "a = [\n    16,\n    16,\n]  # sizes\nb = len(a); c = 2 * 3\nd = c + 1\n"
+    rewritten = sourcefile.with_constants(source, {"a": [8], "c": 5})
+    assert rewritten == "a = [8]\n\n\n  # sizes\nb = len(a); c = 5\nd = c + 1\n"
+    assert sourcefile.constants(ast.parse(rewritten)) == {"a": [8], "c": 5, "d": 6}
+    assert sourcefile.with_constants(source, {"a": [16, 16], "c": 6}) == source  # unchanged values: untouched
 
 
 @needs_kernelbench
@@ -289,7 +299,8 @@ def test_cli_says_which_builtin_problems_differ_from_kernelbench(kj):
     rc, out, err = kj("problems", "--json")
     assert rc == 0, err
     notes = {row["name"]: row["note"] for row in parse_json(out)}
-    assert "dim=393216" in notes["level1/19_ReLU"] and notes["level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd"] is None
+    assert "dim=393216" in notes["level1/19_ReLU"]
+    assert notes["level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd"] is None
     rc, out, err = kj("eval", "level1/19", "@pytorch", "--device", "cpu", "--no-timing", "--no-store", "--trials", "2",
                       env={"COLUMNS": "400"})
     assert rc == 0, out + err

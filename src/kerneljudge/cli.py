@@ -43,7 +43,8 @@ def evaluation_options(func):
     """The options shared by eval, check, bench and submit."""
     decorators = [
         click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-                     help="Override a size constant of the problem (repeatable)."),
+                     help="Override a constant of the problem (repeatable): a number (sizes >= 1), true/false, "
+                     "or a tuple/list as 3,5 or [8,8]."),
         click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
         PROBLEMS_ROOT,
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),

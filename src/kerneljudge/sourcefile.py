@@ -18,7 +18,6 @@ import math
 import operator
 from typing import Any, Callable
 
-Number = int | float
 #: A constant's value: a number, a boolean, or a flat tuple/list of numbers.
 Value = int | float | bool | tuple | list
 
@@ -83,7 +82,7 @@ def _binary(op: ast.operator, left: Value, right: Value) -> Value:
         result = _BINARY[type(op)](left, right)
     except (ZeroDivisionError, OverflowError, ValueError) as exc:
         raise NotConstant(str(exc)) from exc
-    if not _is_number(result) or abs(result) > MAX_MAGNITUDE or (isinstance(result, float) and not math.isfinite(result)):
+    if not _is_number(result) or abs(result) > MAX_MAGNITUDE or not math.isfinite(result):
         raise NotConstant("value out of range")
     return result
 

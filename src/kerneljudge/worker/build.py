@@ -140,8 +140,8 @@ def _import(path: str, sha256: str, constants: dict | None = None
     sys.modules[name] = module
     try:
         if constants:  # the same lines with the constants rewritten: tracebacks and inspect still match the file
-            exec(compile(sourcefile.with_constants(Path(path).read_text(), constants, path), path, "exec"),  # noqa: S102
-                 module.__dict__)
+            source = sourcefile.with_constants(Path(path).read_text(), constants, path)
+            exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the candidate runs in the worker
         else:
             spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything, even SystemExit
