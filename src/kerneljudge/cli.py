@@ -33,12 +33,20 @@ def _overrides(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+PROBLEMS_ROOT = click.option(
+    "--problems-root", type=click.Path(exists=True, file_okay=False, resolve_path=True, path_type=Path),
+    default=None, help="Resolve levelN/ID in this KernelBench checkout (default $KERNELJUDGE_PROBLEMS_ROOT, "
+    "else the built-in suite).")
+
+
 def evaluation_options(func):
     """The options shared by eval, check, bench and submit."""
     decorators = [
         click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-                     help="Override a size constant of the problem (repeatable)."),
+                     help="Override a constant of the problem (repeatable): a number (sizes >= 1), true/false, "
+                     "or a tuple/list as 3,5 or [8,8]."),
         click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
+        PROBLEMS_ROOT,
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
         click.option("--trials", default=CheckOptions.trials, show_default=True, type=click.IntRange(min=1),
                      help="Correctness trials."),
@@ -78,6 +86,7 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
                 "baselines": not kw["no_baselines"]},
         worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"]},
         cache_dir=kw["cache_dir"] or default_cache_dir(), arch=kw["arch"],
+        problems_root=kw["problems_root"] or base.problems_root,
         store_path=None if kw["no_store"] else base.store_path,
     )
 
@@ -198,29 +207,32 @@ main.add_command(serve_command)
 
 @main.command("problems")
 @click.argument("root", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@PROBLEMS_ROOT
 @click.option("--json", "as_json", is_flag=True)
-def problems_command(root: Path | None, as_json: bool) -> None:
-    """List the problems of a KernelBench-layout folder (default: the built-in suite)."""
+def problems_command(root: Path | None, problems_root: Path | None, as_json: bool) -> None:
+    """List the problems of a KernelBench-layout folder (default: --problems-root, else the built-in suite)."""
     from kerneljudge import sourcefile
 
+    root = root or problems_root or Options().problems_root
     rows = []
-    for entry in suite.list_problems(root or suite.SUITE_ROOT):
+    for entry in suite.list_problems(suite.layout_root(root) if root else suite.SUITE_ROOT):
         try:
             tree = sourcefile.parse(entry.path.read_text(), str(entry.path))
             constants, presets = sourcefile.constants(tree), sorted(sourcefile.presets(tree))
         except (SyntaxError, OSError, UnicodeDecodeError) as exc:
             constants, presets = {"unreadable": str(exc)}, []
         rows.append({"name": entry.name, "path": str(entry.path), "constants": constants, "presets": presets,
-                     "solutions": sorted(suite.shipped_solutions(entry.name)) if root is None else []})
+                     "solutions": sorted(suite.shipped_solutions(entry.name)) if root is None else [],
+                     "note": None if root else suite.kernelbench_difference(entry.name, entry.path)})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     from rich.table import Table
 
-    table = Table("problem", "sizes", "presets", "shipped solutions")
+    table = Table("problem", "sizes", "presets", "shipped solutions", "note")
     for row in rows:
         table.add_row(row["name"], ", ".join(f"{k}={v}" for k, v in row["constants"].items()),
-                      ", ".join(row["presets"]), ", ".join(row["solutions"]))
+                      ", ".join(row["presets"]), ", ".join(row["solutions"]), row["note"] or "")
     Console().print(table)
 
 

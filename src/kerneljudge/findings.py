@@ -146,6 +146,9 @@ def _specs() -> dict[str, Spec]:
              "Allowed: the result is labelled as a PyTorch rewrite."),
         Spec("preset-used", "info", "A size preset or overrides were applied",
              "Pass --preset/--set to choose sizes; full sizes need a GPU for built-in problems."),
+        Spec("candidate-constants", "info", "The candidate's own size constants were set to the run's sizes",
+             "Nothing to fix: a module-level constant named like one of the problem's (batch_size) gets the "
+             "value --set/--preset gave the problem; read sizes from the inputs to need no such help."),
         Spec("reference-imprecise", "info", "The reference itself misses the tolerance against float64",
              "Nothing to fix in the candidate: it was compared with the reference at its own precision."),
         Spec("no-float64-reference", "info", "The reference cannot run in float64",

@@ -50,6 +50,13 @@ def default_server_socket() -> Path:
     return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
 
 
+def default_problems_root() -> Path | None:
+    """Where `levelN/ID` names resolve: a KernelBench checkout in $KERNELJUDGE_PROBLEMS_ROOT, else the
+    built-in suite (None)."""
+    env = os.environ.get("KERNELJUDGE_PROBLEMS_ROOT")
+    return Path(env).expanduser().resolve() if env else None
+
+
 @dataclass(frozen=True)
 class CheckOptions:
     """Correctness: how many trials, which tolerance, which seed."""
@@ -103,6 +110,7 @@ class Options:
     store_path: Path | None = field(default_factory=default_store_path)  # None: do not record
     hidden_recheck: bool = False  # submit: another round of trials with secret seeds, details withheld
     arch: str | None = None  # TORCH_CUDA_ARCH_LIST for builds; None: the visible GPU's
+    problems_root: Path | None = field(default_factory=default_problems_root)  # None: the built-in suite
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`)."""
@@ -117,6 +125,7 @@ class Options:
         data = dataclasses.asdict(self)
         data["cache_dir"] = str(self.cache_dir)
         data["store_path"] = str(self.store_path) if self.store_path else None
+        data["problems_root"] = str(self.problems_root) if self.problems_root else None
         data["overrides"] = [list(kv) for kv in self.overrides]
         if not keep_seed:
             data["check"]["seed"] = None
@@ -127,4 +136,5 @@ class Options:
         """The inverse of `to_json(keep_seed=True)`."""
         return cls().replace(**{**data, "cache_dir": Path(data["cache_dir"]),
                                 "store_path": Path(data["store_path"]) if data["store_path"] else None,
+                                "problems_root": Path(data["problems_root"]) if data.get("problems_root") else None,
                                 "overrides": tuple(tuple(kv) for kv in data["overrides"])})

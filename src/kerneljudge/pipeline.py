@@ -126,7 +126,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
     with run.stage("load"):
         try:
             problem = load_problem(problem_ref, preset=options.preset, overrides=options.overrides,
-                                   small_if_builtin=device_type == "cpu")
+                                   small_if_builtin=device_type == "cpu", problems_root=options.problems_root)
             candidate = load_candidate(resolve_solution(solution, problem, device_type))
         except ProblemError as exc:
             run.findings.append(Finding.of("problem-invalid", str(exc), stage="load"))

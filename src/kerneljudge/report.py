@@ -8,11 +8,13 @@ then the correctness line and the speedup) and is cut to a size bound.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kerneljudge import suite
 from kerneljudge.records import Finding, Result
 
 SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
@@ -57,6 +59,17 @@ def timing_line(result: Result) -> str | None:
     return line
 
 
+def problem_file_line(problem: dict) -> str:
+    """Which file was judged against; for a built-in problem, that it is one, and how it differs from
+    KernelBench's file of the same name."""
+    path = Path(problem["path"])
+    name = suite.builtin_name(path) if path.is_file() else None
+    if name is None:
+        return str(path)
+    note = suite.kernelbench_difference(name, path)
+    return f"{path} (built-in suite" + (f"; {note}; --problems-root DIR runs KernelBench's" if note else "") + ")"
+
+
 def ordered(findings) -> list[Finding]:
     return sorted(findings, key=lambda f: (not f.blocking, SEVERITY_ORDER[f.severity]))
 
@@ -69,6 +82,8 @@ def render(result: Result, console: Console) -> None:
     head.append(f"{problem.get('name', '?')}  ·  {candidate.get('path', '?').rsplit('/', 1)[-1]} "
                 f"({candidate.get('label', '?')})  ·  {device.get('type', '?')} {device.get('name', '')}".rstrip())
     console.print(head)
+    if problem.get("path"):
+        console.print(Text(f"problem file: {problem_file_line(problem)}", style="dim"))
     verdict = Text("verdict: ")
     verdict.append(result.verdict.upper(), style=VERDICT_STYLE[result.verdict])
     verdict.append(f"   protocol: {result.protocol}")

@@ -138,7 +138,7 @@ class KernelEnv:
         presets, and `instructions` / `prompt` (what ModelNew must be and how it is judged)."""
         device_type = resolve_device(self.options.device).split(":")[0]
         problem = load_problem(self.problem_ref, preset=self.options.preset, overrides=self.options.overrides,
-                               small_if_builtin=device_type == "cpu")
+                               small_if_builtin=device_type == "cpu", problems_root=self.options.problems_root)
         self.steps = 0
         self._ready = True
         timed = self.options.timing.enabled

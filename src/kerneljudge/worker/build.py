@@ -57,20 +57,51 @@ def target_arch(device: str, requested: str | None) -> str | None:
 
 
 def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
-    """Run the problem's source with its size constants rewritten (see sourcefile.with_constants)."""
+    """Run the problem's source with the constants that differ from the file's rewritten (see
+    sourcefile.with_constants)."""
     module = types.ModuleType("kj_problem")
     module.__file__ = path
-    code = compile(sourcefile.with_constants(source, constants, path), path, "exec")
+    code = compile(sourcefile.with_constants(source, changed_constants(source, constants), path), path, "exec")
     exec(code, module.__dict__)  # noqa: S102 - the problem file is the user's reference, run in the worker
     return module
 
 
+def changed_constants(source: str, constants: dict) -> dict:
+    """The run's constants that differ from the values written in `source`. They came as JSON, where a
+    tuple became a list: each takes its file value's type back."""
+    written = sourcefile.constants(sourcefile.parse(source, "<problem>"))
+    typed = {k: type(written[k])(v) if isinstance(v, list) and isinstance(written.get(k), tuple) else v
+             for k, v in constants.items()}
+    return {k: v for k, v in typed.items() if k in written and written[k] != v}
+
+
+def candidate_constants(path: str, problem_source: str, constants: dict) -> tuple[dict, Finding | None]:
+    """The run's changed sizes that the candidate also defines as module-level constants, to be set in the
+    candidate too (a candidate that builds its state from its own `batch_size` must see the run's), and
+    the notice saying so."""
+    changed = changed_constants(problem_source, constants)
+    if not changed:
+        return {}, None
+    try:
+        own = sourcefile.constants(sourcefile.parse(Path(path).read_text(), path))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return {}, None  # the import reports it
+    shared = {k: v for k, v in changed.items() if k in own and own[k] != v and type(own[k]) is type(v)}
+    if not shared:
+        return {}, None
+    told = ", ".join(f"{k} = {own[k]!r} -> {v!r}" for k, v in shared.items())
+    return shared, Finding.of("candidate-constants", f"the candidate's module-level {told}: set to the "
+                              "problem's values for this run", stage="build", constants=shared)
+
+
 def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Path, device: str,
-                     arch: str | None, clock_ms) -> tuple[types.ModuleType | None, Build, Classified | None]:
-    """Import the candidate under its build cache folder; the failure, if any, comes back classified."""
+                     arch: str | None, clock_ms, constants: dict | None = None
+                     ) -> tuple[types.ModuleType | None, Build, Classified | None]:
+    """Import the candidate under its build cache folder, with `constants` set (candidate_constants);
+    the failure, if any, comes back classified."""
     if not kinds:
         started = clock_ms()
-        module, failure = _import(path, sha256)
+        module, failure = _import(path, sha256, constants)
         return module, Build(clock_ms() - started, "none", None), failure
     resolved_arch = target_arch(device, arch)
     key = build_key(sha256, resolved_arch)
@@ -85,7 +116,7 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Pat
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same source waits, then hits the cache
         hit = (folder / COMPLETE_MARKER).exists()
         started = clock_ms()  # the wait for another worker's build is not this build's time
-        module, failure = _import(path, sha256)
+        module, failure = _import(path, sha256, constants)
         if failure is None:
             (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
     extensions = tuple(sorted(p.name for p in (folder / "torch_extensions").glob("*") if p.is_dir()))
@@ -101,13 +132,18 @@ def find_model_new(module: types.ModuleType, stage: str) -> tuple[type | None, F
     return model_new, None
 
 
-def _import(path: str, sha256: str) -> tuple[types.ModuleType | None, Classified | None]:
+def _import(path: str, sha256: str, constants: dict | None = None
+            ) -> tuple[types.ModuleType | None, Classified | None]:
     name = f"kj_candidate_{sha256[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        if constants:  # the same lines with the constants rewritten: tracebacks and inspect still match the file
+            source = sourcefile.with_constants(Path(path).read_text(), constants, path)
+            exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the candidate runs in the worker
+        else:
+            spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything, even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise

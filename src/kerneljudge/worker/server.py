@@ -79,17 +79,19 @@ class Server:
             problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
         except Exception as exc:  # noqa: BLE001 - the problem's own code
             return _reply([classify(exc, stage="build", code="problem-error", what="importing the problem").finding])
+        constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
+        notices = [notice] if notice else []
         module, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
-            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms)
+            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms, constants=constants)
         if failure is not None:
-            return _reply([failure.finding], poisoned=failure.poisoned, build=info.to_json())
+            return _reply(notices + [failure.finding], poisoned=failure.poisoned, build=info.to_json())
         model_new, missing = build.find_model_new(module, "build")
         if missing is not None:
-            return _reply([missing], build=info.to_json())
+            return _reply(notices + [missing], build=info.to_json())
         self.session = Session(self.guard, device, int(request["seed"]),
                                build.Loaded(problem_module, module, model_new))
-        return _reply([], build=info.to_json())
+        return _reply(notices, build=info.to_json())
 
     def op_check(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("protocol") == "kernelbench":
