@@ -215,9 +215,7 @@ class WorkerPool:
     def __enter__(self) -> "WorkerPool":
         return self
 
-    def __exit__(self, exc_type, *exc_info) -> None:
-        if exc_type is not None:  # interrupted, or the judge failed: the worker's request may still run
-            self._kill()
+    def __exit__(self, *exc_info) -> None:
         self.close()
 
     def take(self, options: WorkerOptions) -> WorkerProcess:
