@@ -1,13 +1,16 @@
 """The command line: `kerneljudge` (alias `kj`). Options become one Options value; exit codes 0/1/2.
 
 Exit codes: 0 every candidate passed, 1 some candidate failed (wrong or caught by a probe),
-2 some candidate could not be judged (build error, crash, timeout, bad input) or a usage error.
+2 some candidate could not be judged (build error, crash, timeout, bad input) or a usage error;
+130 (143) interrupted by SIGINT (SIGTERM): the worker is killed first, with its whole process group.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import click
@@ -20,6 +23,7 @@ from kerneljudge.cli_agents import history_command, mcp_command, serve_command, 
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import (CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir,
                                  default_server_socket)
+from kerneljudge.progress import NoticePrinter, TerminalProgress
 from kerneljudge.records import Result, jsonsafe
 
 
@@ -105,12 +109,42 @@ def emit(results: list[Result], as_json: bool) -> int:
     return max(r.exit_code for r in results)
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived during an evaluation. Raised from the signal handler, so it unwinds
+    through the worker's context, which kills the worker's process group (isolation.WorkerProcess)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_interrupt():
+    """SIGINT and SIGTERM raise Interrupted (once: a second Ctrl-C does not break the cleanup)."""
+    def handler(signum, _frame):
+        for name in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(name, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {name: signal.signal(name, handler) for name in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for name, old in previous.items():
+            signal.signal(name, old)
+
+
 def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Options, kw: dict) -> None:
-    """Evaluate each solution (through `kerneljudge serve` when one is running), print, exit."""
+    """Evaluate each solution (through `kerneljudge serve` when one is running), print, exit.
+    Interrupted (Ctrl-C, SIGTERM): the worker is killed, "interrupted" on stderr, exit 128 + signal."""
     as_json = kw["as_json"]
     try:
-        results = _evaluate_all(verb, problem, solutions, options,
-                                None if kw["no_server"] else default_server_socket(), as_json)
+        with _signals_interrupt():
+            results = _evaluate_all(verb, problem, solutions, options,
+                                    None if kw["no_server"] else default_server_socket(), as_json)
+    except Interrupted as exc:
+        click.echo(f"kerneljudge: interrupted ({exc})", err=True)
+        sys.exit(128 + exc.signum)
     except KernelJudgeError as exc:
         if not as_json:
             raise
@@ -124,20 +158,25 @@ def _evaluate_all(verb: str, problem: str, solutions: tuple[str, ...], options: 
     from kerneljudge import api, daemon
 
     results = []
-    for solution in solutions or (None,):
-        result = None
-        if socket_path is not None:
-            try:
-                result = daemon.evaluate_via_server(
-                    socket_path, verb, problem, solution, options,
-                    on_wait=lambda: click.echo("kerneljudge: waiting for the judge server (one evaluation at a "
-                                               "time; --no-server evaluates here)", err=True))
-            except daemon.ServerRefused as exc:
-                click.echo(f"kerneljudge: {exc}; evaluating in this process", err=True)
-                socket_path = None
-        if result is not None and not as_json and not results:
-            click.echo(f"(evaluated by `kerneljudge serve` on {socket_path}; --no-server evaluates here)", err=True)
-        results.append(result or getattr(api, verb)(problem, solution, options))
+    shown = not as_json and sys.stderr.isatty()  # progress on a terminal only; notices (waits) always
+    with TerminalProgress() if shown else nullcontext(NoticePrinter()) as on_progress:
+        for solution in solutions or (None,):
+            result = None
+            if shown:
+                on_progress.start(Path(solution).name if solution else problem)
+            if socket_path is not None:
+                try:
+                    result = daemon.evaluate_via_server(
+                        socket_path, verb, problem, solution, options,
+                        on_wait=lambda: click.echo("kerneljudge: waiting for the judge server (one evaluation at "
+                                                   "a time; --no-server evaluates here)", err=True))
+                except daemon.ServerRefused as exc:
+                    click.echo(f"kerneljudge: {exc}; evaluating in this process", err=True)
+                    socket_path = None
+            if result is not None and not as_json and not results:
+                click.echo(f"(evaluated by `kerneljudge serve` on {socket_path}; --no-server evaluates here)",
+                           err=True)
+            results.append(result or getattr(api, verb)(problem, solution, options, on_progress=on_progress))
     return results
 
 

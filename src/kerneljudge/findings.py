@@ -159,6 +159,9 @@ def _specs() -> dict[str, Spec]:
              "Nothing to fix in the candidate; the speedup against that baseline is not given."),
         Spec("protocol-difference", "info", "KernelBench's protocol and the strict one disagree",
              "See the strict findings listed: the strict verdict is the trustworthy one."),
+        Spec("timing-lock-wait", "info", "Timing waited for another evaluation timing on the same device",
+             "Nothing to fix: timings on one device take turns so they do not slow each other down; the wait "
+             "is not in any figure."),
         Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
              "Its details are withheld; fix the findings of the open run first."),
     ]

@@ -5,6 +5,12 @@ A candidate can segfault, hang, exhaust memory, call exit or print anything. The
 with stdout and stderr captured to a file whose tail is attached to error results and one deadline
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
 or raises WorkerFailure carrying a finding that names what happened.
+
+The worker never outlives the judge: leaving its context on an exception (an interrupt, SIGTERM turned
+into an exception, a judge error) kills its process group at once, and a judge killed outright takes the
+worker with it (the worker asks the kernel for SIGKILL when its parent dies, worker/__main__.py). The
+kernel ties that signal to the *thread* that started the worker, so workers are started from one
+thread that lives as long as the process (`_spawn`), not from a pool thread that may end first.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +34,9 @@ from kerneljudge.options import WorkerOptions
 from kerneljudge.records import Finding
 
 TAIL_CHARS = 3000
+
+#: Starts every worker, so the parent-death signal is tied to a thread that ends only with the process.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kerneljudge-spawn")
 
 
 class WorkerFailure(Exception):
@@ -54,7 +64,9 @@ class WorkerProcess:
         self.deadline = self.clock() + self.options.timeout_s  # a pre-started worker's time starts now
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, *exc_info) -> None:
+        if exc_type is not None:  # interrupted, or the judge failed: the worker's request may still run
+            self._kill()
         self.close()
 
     def start(self) -> None:
@@ -67,37 +79,54 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w)],
+            self.process = _SPAWNER.submit(
+                subprocess.Popen,
+                [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w), str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
-                pass_fds=(to_worker_r, from_worker_w), start_new_session=True)
+                pass_fds=(to_worker_r, from_worker_w), start_new_session=True).result()
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
         self.deadline = self.clock() + self.options.timeout_s
 
-    def call(self, op: str, **payload: Any) -> dict[str, Any]:
-        """Send one request; raise WorkerFailure if the worker cannot answer."""
+    def extend_deadline(self, seconds: float) -> None:
+        """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
+        self.deadline += seconds
+
+    def call(self, op: str, *, on_progress: Callable[[dict[str, Any]], None] | None = None,
+             **payload: Any) -> dict[str, Any]:
+        """Send one request; raise WorkerFailure if the worker cannot answer. Progress messages the
+        worker sends before its reply (`{"progress": {...}}`, with the request's nonce like the reply)
+        go to `on_progress`."""
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         nonce = secrets.token_hex(8)
         try:
             channel.send(self.write_fd, {"op": op, "nonce": nonce, **payload})
-            reply = channel.receive(self.read_fd, self.deadline, self.clock)
+            reply = self._receive(op, nonce, on_progress)
         except channel.ChannelTimeout as exc:
             self._kill()
             raise WorkerFailure(Finding.of("timeout", f"the worker ran past its {self.options.timeout_s:g} s limit "
                                            f"during stage {op} and was stopped", stage=op), self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
-        if reply.get("nonce") != nonce:  # a message the worker's server did not send in answer to this request
-            self._kill()
-            raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a message "
-                                           "that was not the reply to the judge's request (forged by candidate code)",
-                                           stage=op), self.output_tail())
         if reply.get("poisoned"):
             self.dead = True
         return reply
+
+    def _receive(self, op: str, nonce: str, on_progress) -> dict[str, Any]:
+        """The reply to the request `nonce`, passing the progress messages before it to `on_progress`."""
+        while True:
+            message = channel.receive(self.read_fd, self.deadline, self.clock)
+            if message.get("nonce") != nonce:  # a message the worker's server did not send for this request
+                self._kill()
+                raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a "
+                                               "message that was not the reply to the judge's request (forged by "
+                                               "candidate code)", stage=op), self.output_tail())
+            if "progress" not in message:
+                return message
+            if on_progress is not None and isinstance(message["progress"], dict):
+                on_progress(message["progress"])
 
     def _death(self, op: str, exc: Exception) -> Finding:
         """Name how the worker ended: a signal, an exit code, or a broken channel."""

@@ -3,8 +3,10 @@
     load problem -> load candidate -> (worker) build -> check -> probe -> time -> verdict
 
 Each stage is one call with typed values in and out; each stage's wall time is recorded on the
-result. Candidate code runs only in the worker; what comes back is data. A stage that fails to give
-the next one what it needs ends the run with the findings so far: the result is always returned.
+result, and its start is told to the `on_progress` observer (progress.py), with the worker's own
+progress messages. Timing holds the device's timing lock (devicelock.py). Candidate code runs only in
+the worker; what comes back is data. A stage that fails to give the next one what it needs ends the
+run with the findings so far: the result is always returned.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import cache, lint, suite
+from kerneljudge import cache, devicelock, lint, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options
 from kerneljudge.problem import load_problem
+from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
 
 
@@ -45,14 +48,20 @@ class Run:
     probe_info: dict[str, Any] = field(default_factory=dict)
     output_tail: str | None = None
     shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
+    on_progress: ProgressObserver = ignore
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, doing: str = ""):
+        self.on_progress(ProgressEvent(name, doing))
         started = self.clock_ms()
         try:
             yield
         finally:
             self.stage_ms[name] = round(self.stage_ms.get(name, 0.0) + self.clock_ms() - started, 3)
+
+    def worker_progress(self, stage: str) -> Callable[[dict[str, Any]], None]:
+        """Where a worker's progress messages during `stage` go."""
+        return lambda data: self.on_progress(ProgressEvent.from_worker(stage, data))
 
     def add(self, reply: dict[str, Any]) -> bool:
         """Take a worker reply's findings; False when one of them ends the run."""
@@ -110,20 +119,21 @@ def resolve_solution(solution: str | Path | None, problem: Problem, device_type:
 
 
 def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
-             verb: str = "evaluate", pool: WorkerPool | None = None,
+             verb: str = "evaluate", pool: WorkerPool | None = None, on_progress: ProgressObserver = ignore,
              clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
     """Judge one candidate against one problem, and record the result (options.store_path).
-    With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool).
+    With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool); `on_progress` is
+    told what each stage is doing (progress.py).
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
     options = options or Options()
-    run = Run(options, clock_ms)
+    run = Run(options, clock_ms, on_progress=on_progress)
     device = resolve_device(options.device)
     device_type = device.split(":")[0]
     seed = options.check.seed if options.check.seed is not None else secrets.randbits(63)
     problem = candidate = None
-    with run.stage("load"):
+    with run.stage("load", "reading the problem and the candidate"):
         try:
             problem = load_problem(problem_ref, preset=options.preset, overrides=options.overrides,
                                    small_if_builtin=device_type == "cpu", problems_root=options.problems_root)
@@ -165,27 +175,27 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
     worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
     try:
         with worker:
-            with run.stage("worker"):
+            with run.stage("worker", "starting the worker (it imports torch)"):
                 hello = worker.call("ping", device=device, memory_limit_mb=options.worker.memory_limit_mb)
                 if hello.get("error"):
                     raise UsageError(hello["error"])
                 if not run.add(hello):
                     return
                 run.device, run.versions = hello["device"], hello["versions"]
-            with run.stage("build"):
+            with run.stage("build", "importing the problem and the candidate"):
                 if not _build(run, worker, problem, candidate, device, seed):
                     return
-            with run.stage("check"):
+            with run.stage("check", f"{options.check.trials} correctness trials"):
                 if not _check(run, worker):
                     return
             if options.probes:
-                with run.stage("probes"):
+                with run.stage("probes", "integrity probes"):
                     reply = worker.call("probe", atol=options.check.atol, rtol=options.check.rtol)
                     run.probe_info = reply.get("probe_info", {})
                     if not run.strict.add(reply):
                         return
             if options.hidden_recheck:
-                with run.stage("hidden-recheck"):
+                with run.stage("hidden-recheck", "trials on secret seeds"):
                     if not _hidden_recheck(run, worker):
                         return
             if options.timing.enabled and not run.failed:
@@ -201,7 +211,8 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
 
 
 def _build(run: Run, worker: WorkerProcess, problem: Problem, candidate: Candidate, device: str, seed: int) -> bool:
-    reply = worker.call("build", device=device, seed=seed, cache_dir=str(run.options.cache_dir), arch=run.options.arch,
+    reply = worker.call("build", on_progress=run.worker_progress("build"), device=device, seed=seed,
+                        cache_dir=str(run.options.cache_dir), arch=run.options.arch,
                         problem={"path": str(problem.path), "source": problem.source, "constants": problem.constants},
                         candidate={"path": str(candidate.path), "sha256": candidate.sha256,
                                    "kinds": list(candidate.kinds)})
@@ -266,8 +277,10 @@ def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
     if opts["baselines"] and opts["compile_baseline"] and cached_compile is None:
         wanted.append("compile")
     bandwidth = cache.load(run.options.cache_dir, "bandwidth", device_key) or {}
-    with run.stage("timing"):
-        reply = worker.call("time", timing=opts, baselines=wanted, bandwidth_gbps=bandwidth.get("gbps"))
+    with _timing_lock(run, worker):
+        with run.stage("timing", "timing the candidate" + (" and the baselines" if wanted else "")):
+            reply = worker.call("time", on_progress=run.worker_progress("timing"), timing=opts, baselines=wanted,
+                                bandwidth_gbps=bandwidth.get("gbps"))
     if not run.strict.add(reply) or "timing" not in reply:
         return
     block = reply["timing"]
@@ -286,6 +299,27 @@ def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
     block["speedup"] = {name: round(stats["median_ms"] / median, 4)
                         for name, stats in baselines.items() if stats and median}
     run.timing = block
+
+
+@contextmanager
+def _timing_lock(run: Run, worker: WorkerProcess):
+    """The device's timing lock (devicelock.py) around the timing stage; a wait is said at once, becomes
+    a finding, and is not counted against the worker's time limit."""
+    key = devicelock.device_key(run.device)
+
+    def on_wait(holder: int | None) -> None:
+        run.on_progress(ProgressEvent("timing", f"waiting for the timing lock on {key}, held by "
+                                      f"{f'pid {holder}' if holder else 'another evaluation'}", notice=True))
+
+    with devicelock.timing_lock(run.options.cache_dir / "locks", key, on_wait=on_wait,
+                                clock_ms=run.clock_ms) as wait:
+        if wait is not None:
+            worker.extend_deadline(wait.waited_ms / 1e3)
+            run.findings.append(Finding.of(
+                "timing-lock-wait", f"timing waited {wait.waited_ms / 1e3:.1f} s for another evaluation timing on "
+                f"{key} (pid {wait.holder_pid or 'unknown'})", stage="timing", waited_ms=round(wait.waited_ms, 1),
+                holder_pid=wait.holder_pid, device=key))
+        yield
 
 
 def _checked_compile(run: Run, cached: dict[str, Any], eager: dict[str, Any] | None, key: str) -> dict | None:

@@ -95,10 +95,11 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
 
 
 def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Path, device: str,
-                     arch: str | None, clock_ms, constants: dict | None = None
+                     arch: str | None, clock_ms, constants: dict | None = None, progress=lambda message: None,
                      ) -> tuple[types.ModuleType | None, Build, Classified | None]:
     """Import the candidate under its build cache folder, with `constants` set (candidate_constants);
-    the failure, if any, comes back classified."""
+    the failure, if any, comes back classified. `progress(message)` says what is happening (a wait for
+    another build, a compile)."""
     if not kinds:
         started = clock_ms()
         module, failure = _import(path, sha256, constants)
@@ -113,8 +114,14 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Pat
     if resolved_arch:
         os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
     with open(folder / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same source waits, then hits the cache
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("waiting for another worker building the same source")
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same source waits, then hits the cache
         hit = (folder / COMPLETE_MARKER).exists()
+        progress(f"importing {Path(path).name} (build cache hit)" if hit else
+                 f"compiling {Path(path).name} ({', '.join(kinds)}; not in the build cache)")
         started = clock_ms()  # the wait for another worker's build is not this build's time
         module, failure = _import(path, sha256, constants)
         if failure is None:

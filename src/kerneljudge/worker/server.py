@@ -1,14 +1,15 @@
 """Dispatching the judge's requests to the worker's stages; each reply is plain data.
 
 Requests: build (import problem and candidate), check (construct and trials), probe, time. A reply
-always carries `findings` (dicts) and `poisoned`; stage data is under the stage's own key.
+always carries `findings` (dicts) and `poisoned`; stage data is under the stage's own key. Long stages
+send progress messages before their reply (`progress`), carrying the request's nonce as the reply does.
 """
 
 from __future__ import annotations
 
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -24,13 +25,29 @@ class Server:
     the Session that build created. Each reply is data; a tampering finding is added to any reply after
     which the guard sees something changed."""
 
-    def __init__(self, guard: Guard):
+    PROGRESS_EVERY_MS = 250.0  # the least time between two throttled progress messages
+
+    def __init__(self, guard: Guard, send: Callable[[dict[str, Any]], None] = lambda message: None):
         self.guard = guard
+        self.send = send  # writes one message to the judge
         self.session: Session | None = None
         self.reported_tampering: set[str] = set()
+        self.nonce: str | None = None
+        self.last_progress_ms = float("-inf")
+
+    def progress(self, message: str, done: int | None = None, total: int | None = None, *,
+                 throttle: bool = False) -> None:
+        """Tell the judge what the current request is doing (shown on a terminal); `throttle`d messages
+        (counts in a loop) are sent at most every PROGRESS_EVERY_MS, so a measurement is not slowed."""
+        now = self.guard.wall_ms()
+        if throttle and now - self.last_progress_ms < self.PROGRESS_EVERY_MS:
+            return
+        self.last_progress_ms = now
+        self.send({"progress": {"message": message, "done": done, "total": total}, "nonce": self.nonce})
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
+        self.nonce = request.get("nonce")
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
             return _reply([Finding.of("judge-error", f"the worker got an unknown request {op!r}", stage="worker")])
@@ -66,7 +83,7 @@ class Server:
         machine.interpret_triton(torch.device(request["device"]), candidate["kinds"])
         _, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
-            device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms)
+            device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms, progress=self.progress)
         return _reply([failure.finding] if failure else [], poisoned=bool(failure and failure.poisoned),
                       build=info.to_json())
 
@@ -83,7 +100,8 @@ class Server:
         notices = [notice] if notice else []
         module, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
-            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms, constants=constants)
+            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms, constants=constants,
+            progress=self.progress)
         if failure is not None:
             return _reply(notices + [failure.finding], poisoned=failure.poisoned, build=info.to_json())
         model_new, missing = build.find_model_new(module, "build")
@@ -106,7 +124,7 @@ class Server:
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             block, found = timing_stage.run_timing(self.session, request["timing"], baselines=request["baselines"],
-                                                   bandwidth_gbps=request.get("bandwidth_gbps"))
+                                                   bandwidth_gbps=request.get("bandwidth_gbps"), progress=self.progress)
         except BaseException as exc:  # noqa: BLE001 - the candidate is called throughout timing
             failure = classify(exc, stage="timing", code="forward-error", what="ModelNew.forward (while timed)",
                                source_file=self.session.loaded.candidate.__file__)

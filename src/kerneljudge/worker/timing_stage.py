@@ -65,7 +65,7 @@ def _stop(opts: dict[str, Any]) -> timing.StopRule:
 
 
 def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], findings: list[Finding],
-               label: str, check: bool, batch: int) -> Timed:
+               label: str, check: bool, batch: int, progress=lambda calls: None) -> Timed:
     """Time `model` rotating over `sets`. From the second round on, each set is refilled in place with new
     values before its turn (same buffers, new contents: memos by address or by sampled content stop
     paying); with `check`, up to `checked_calls` outputs at secret random positions are compared with
@@ -100,6 +100,7 @@ def time_model(session: Session, model, sets: list[list], opts: dict[str, Any], 
 
     def after(i: int) -> None:
         # whether this output is checked is decided only now, after the call returned
+        progress(i + 1)
         out = outputs.pop(i)
         if _buffers(out) & {ptr for later in outputs.values() for ptr in _buffers(later)}:
             return  # a later call of the batch wrote into this output (reuse: the output-alias probe's finding)
@@ -157,16 +158,25 @@ def copy_bandwidth_gbps(session: Session) -> float:
                                          wall_clock_ms=session.guard.wall_ms)
 
 
-def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
-               bandwidth_gbps: float | None) -> tuple[dict[str, Any], list[Finding]]:
-    """Time the candidate, then the requested baselines ("eager", "compile"), then the floor."""
+def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str], bandwidth_gbps: float | None,
+               progress=lambda message, done=None, total=None, throttle=False: None,
+               ) -> tuple[dict[str, Any], list[Finding]]:
+    """Time the candidate, then the requested baselines ("eager", "compile"), then the floor.
+    `progress` (worker/server.py) is told each part and, throttled, the count of timed calls."""
+    parts = 1 + len(baselines) + (bandwidth_gbps is None)
+
+    def part(index: int, label: str):
+        progress(label, index, parts)
+        return lambda calls: progress(f"{label}: {calls} calls", index, parts, throttle=True)
+
     findings: list[Finding] = []
     started = session.guard.wall_ms()
     sets = input_sets(session, int(opts["input_sets"]))
     with torch.inference_mode():
         output_bytes = timing.tensor_bytes(session.reference(*clone_args(sets[0])))
     batch = max(1, min(len(sets), BATCH_OUTPUT_BUDGET_BYTES // max(1, output_bytes)))
-    candidate = time_model(session, session.candidate, sets, opts, findings, "candidate", check=True, batch=batch)
+    candidate = time_model(session, session.candidate, sets, opts, findings, "candidate", check=True, batch=batch,
+                           progress=part(1, "candidate"))
     stats = candidate.measurement.stats
     if stats.rel_sem > NOISY_FACTOR * opts["target_rel_sem"]:
         findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after "
@@ -182,12 +192,13 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
         "baselines": {},
     }
     started = session.guard.wall_ms()
-    for name in baselines:
-        block["baselines"][name], note = _baseline(session, name, sets, opts, batch)
+    for index, name in enumerate(baselines, start=2):
+        block["baselines"][name], note = _baseline(session, name, sets, opts, batch, part(index, f"baseline {name}"))
         if note:
             findings.append(Finding.of("baseline-unavailable", f"{name}: {note}", stage="baselines"))
     baselines_ms = session.guard.wall_ms() - started
     if bandwidth_gbps is None:
+        part(parts, "copy bandwidth (for the memory floor)")
         bandwidth_gbps = copy_bandwidth_gbps(session)
     moved = timing.tensor_bytes(sets[0]) + output_bytes
     floor_ms = timing.floor_time_ms(moved, bandwidth_gbps)
@@ -201,7 +212,7 @@ def run_timing(session: Session, opts: dict[str, Any], *, baselines: list[str],
     return block, findings
 
 
-def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any], batch: int):
+def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any], batch: int, progress):
     """Stats of the reference (eager or torch.compile), or None and why not."""
     model = session.reference
     if name == "compile":
@@ -212,7 +223,7 @@ def _baseline(session: Session, name: str, sets: list[list], opts: dict[str, Any
         except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
             return None, f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     try:
-        timed = time_model(session, model, sets, opts, [], name, check=False, batch=batch)
+        timed = time_model(session, model, sets, opts, [], name, check=False, batch=batch, progress=progress)
     except Exception as exc:  # noqa: BLE001
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     return timed.measurement.stats.to_json(), None

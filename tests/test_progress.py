@@ -1,0 +1,94 @@
+"""Progress: what an evaluation is doing, told to an observer stage by stage and by the worker during
+its long stages; shown on a terminal's stderr only (never piped, never with --json); a progress message
+forged by candidate code is tampering."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import threading
+
+from conftest import CANDIDATES, SEED, codes, parse_json
+from kerneljudge import api
+from kerneljudge.progress import ProgressEvent
+
+ISO = CANDIDATES / "isolation"
+
+
+def test_events_follow_the_stages_and_the_worker_tells_its_build_and_timing(fast):
+    events: list[ProgressEvent] = []
+    result = api.evaluate(SEED, ISO / "cpp_ext.py", fast.replace(timing={"enabled": True, "budget_ms": 200, "compile_baseline": False}),
+                          on_progress=events.append)
+    assert result.verdict == "pass"
+    starts = [e.stage for e in events if e.done is None and e.stage in result.stage_ms]
+    assert [s for i, s in enumerate(starts) if s not in starts[:i]] == ["load", "worker", "build", "check", "probes",
+                                                                         "timing"]
+    built = [e.message for e in events if e.stage == "build"]
+    assert any("cpp_ext.py" in m and ("compiling" in m or "build cache hit" in m) for m in built), built
+    timed = [e for e in events if e.stage == "timing" and e.total]
+    parts = [e.message for e in timed if ":" not in e.message]
+    assert parts[:2] == ["candidate", "baseline eager"] and all(e.done <= e.total for e in timed)
+    assert {e.total for e in timed} == {len(parts)}
+    assert any(e.message.startswith("candidate: ") and e.message.endswith(" calls") for e in timed)
+
+
+def test_a_progress_message_forged_by_the_candidate_is_tampering(fast):
+    events: list[ProgressEvent] = []
+    result = api.evaluate(SEED, ISO / "forge_progress.py", fast, on_progress=events.append)
+    assert result.verdict == "fail" and "tampering" in codes(result)
+    assert "not the reply" in [f for f in result.findings if f.code == "tampering"][0].message
+    assert not any("all trials passed" in e.message for e in events)
+
+
+def test_worker_messages_are_bounded_printable_text_with_integer_counts():
+    event = ProgressEvent.from_worker("timing", {"message": "\x1b[2Jcleared" + "x" * 500, "done": "3", "total": True})
+    assert event.message.startswith("[2Jcleared") and len(event.message) <= 160
+    assert event.done is None and event.total is None
+    assert ProgressEvent.from_worker("timing", {"message": "candidate", "done": 1, "total": 2}).text() == \
+        "timing (1/2): candidate"
+
+
+def run_cli(args: list[str], env: dict, *, stderr_tty: bool) -> tuple[int, str, str]:
+    """The CLI with stdout piped and stderr on a pseudo-terminal (or piped)."""
+    if not stderr_tty:
+        done = subprocess.run([sys.executable, "-m", "kerneljudge", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+        return done.returncode, done.stdout, done.stderr
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "kerneljudge", *args], stdout=subprocess.PIPE, stderr=slave,
+                               env={**env, "COLUMNS": "120"})
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the terminal closed: the process exited
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out = process.communicate(timeout=300)[0].decode()
+    reader.join(timeout=30)
+    os.close(master)
+    return process.returncode, out, b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_is_shown_on_a_terminal_only(cache_dir, tmp_path):
+    env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
+           "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
+    args = ["eval", SEED, "--device", "cpu", "--no-store", "--no-baselines", "--budget-ms", "100"]
+    rc, out, err = run_cli(args, env, stderr_tty=True)
+    assert rc == 0 and "PASS" in out
+    assert "worker: starting the worker" in err and "timing (1/" in err and "check: 5 correctness trials" in err
+    rc, out, err = run_cli(args, env, stderr_tty=False)
+    assert rc == 0 and "PASS" in out and "starting the worker" not in err and "timing (1/" not in err
+    rc, out, err = run_cli([*args, "--json"], env, stderr_tty=True)
+    assert rc == 0 and parse_json(out)["verdict"] == "pass"
+    assert "starting the worker" not in err and "timing (1/" not in err
