@@ -79,7 +79,7 @@ def header(result: Result) -> str:
     problem, candidate, device = result.problem, result.candidate, result.device
     parts = [problem["name"]] if problem.get("name") else []
     if candidate.get("path"):
-        parts.append(f"{candidate['path'].rsplit('/', 1)[-1]} ({candidate.get('label', 'pytorch')})")
+        parts.append(f"{candidate['path'].rsplit('/', 1)[-1]} ({candidate['label']})")
     parts.append(" ".join(str(device[k]) for k in ("type", "name") if device.get(k)))
     return "  ·  ".join(p for p in parts if p)
 
