@@ -257,15 +257,16 @@ def _errors(result) -> tuple:
 def test_secret_seeds_differ_between_runs_and_a_given_seed_repeats(fast):
     quick = fast.replace(probes=False, check={"trials": 2})
     first, second = judge(quick, "honest"), judge(quick, "honest")
-    assert first.seed is None and first.to_json()["seed"] is None
+    assert first.seed != second.seed and first.to_json()["seed"] == first.seed  # told once the run is over
     assert _errors(first) != _errors(second)  # other inputs, so other errors
+    assert _errors(judge(quick.replace(check={"trials": 2, "seed": first.seed}), "honest")) == _errors(first)
     seeded = quick.replace(check={"trials": 2, "seed": 123})
     third, fourth = judge(seeded, "honest"), judge(seeded, "honest")
     assert third.to_json()["seed"] == 123
     assert _errors(third) == _errors(fourth)
 
 
-def test_cli_json_shows_the_seed_only_when_given(kj):
+def test_cli_json_shows_the_seed_given_or_drawn(kj):
     path = str(INTEGRITY / "honest.py")
     common = ("eval", SEED, path, "--device", "cpu", "--no-timing", "--no-probes", "--trials", "1", "--json",
               "--no-store")
@@ -274,7 +275,8 @@ def test_cli_json_shows_the_seed_only_when_given(kj):
     assert parse_json(out)["seed"] == 123
     code, out, err = kj(*common)
     assert code == 0, err
-    assert parse_json(out)["seed"] is None
+    drawn = parse_json(out)["seed"]
+    assert isinstance(drawn, int) and drawn != 123 and f"--seed {drawn}" in parse_json(out)["reproduce"]
 
 
 # --- row 12: static lint findings are warnings ----------------------------------------------------------

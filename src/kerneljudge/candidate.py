@@ -14,13 +14,24 @@ from kerneljudge.errors import CandidateError
 from kerneljudge.records import Candidate
 
 
+def missing_file(path: str | Path) -> str | None:
+    """Why `path` is not a candidate file to read (it does not exist, or is a folder); None if it is one."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return f"{path} is a directory; give the candidate's .py file"
+    if not path.exists():
+        return f"no candidate file {path}"
+    return None
+
+
 def load_candidate(path: str | Path) -> Candidate:
     """Read a candidate file; raise CandidateError for a missing or unparsable one."""
     path = Path(path).expanduser()
+    missing = missing_file(path)
+    if missing:
+        raise CandidateError(missing)
     try:
         source = path.read_text()
-    except FileNotFoundError as exc:
-        raise CandidateError(f"no candidate file {path}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise CandidateError(f"cannot read candidate file {path}: {exc}") from exc
     try:

@@ -22,7 +22,7 @@ from kerneljudge import report, suite
 from kerneljudge.cli_agents import history_command, mcp_command, serve_command, show_command
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import (CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir,
-                                 default_server_socket)
+                                 default_server_socket, spoken)
 from kerneljudge.progress import NoticePrinter, TerminalProgress
 from kerneljudge.records import Result, jsonsafe
 
@@ -52,18 +52,18 @@ def evaluation_options(func):
         click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
         PROBLEMS_ROOT,
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--trials", default=CheckOptions.trials, show_default=True, type=click.IntRange(min=1),
+        click.option("--trials", default=CheckOptions.trials, show_default=True, type=int,
                      help="Correctness trials."),
         click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
         click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
         click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
         click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True),
         click.option("--no-probes", is_flag=True, help="Skip the integrity probes (not for results you trust)."),
-        click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=WorkerOptions.timeout_s,
+        click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s,
                      show_default=True, help="Seconds for the whole worker, build included."),
-        click.option("--memory-limit-mb", type=click.IntRange(min=256), default=None,
+        click.option("--memory-limit-mb", type=int, default=None,
                      help="Worker memory limit on CPU runs."),
-        click.option("--budget-ms", type=click.FloatRange(min=1), default=TimingOptions.budget_ms, show_default=True,
+        click.option("--budget-ms", type=float, default=TimingOptions.budget_ms, show_default=True,
                      help="Timing budget per timed function."),
         click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (launch-bound kernels)."),
         click.option("--no-baselines", is_flag=True, help="Do not time the reference baselines."),
@@ -139,6 +139,7 @@ def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Optio
     Interrupted (Ctrl-C, SIGTERM): the worker is killed, "interrupted" on stderr, exit 128 + signal."""
     as_json = kw["as_json"]
     try:
+        options.validate()  # here too: a bad option never reaches a server, whatever the solutions
         with _signals_interrupt():
             results = _evaluate_all(verb, problem, solutions, options,
                                     None if kw["no_server"] else default_server_socket(), as_json)
@@ -148,7 +149,7 @@ def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Optio
     except KernelJudgeError as exc:
         if not as_json:
             raise
-        click.echo(json.dumps({"verdict": "error", "error": str(exc)}))  # still one JSON object on stdout
+        click.echo(json.dumps({"verdict": "error", "error": spoken(exc, "cli")}))  # one JSON object on stdout
         sys.exit(2)
     sys.exit(emit(results, as_json))
 
@@ -187,7 +188,7 @@ class Main(click.Group):
         try:
             return super().invoke(ctx)
         except KernelJudgeError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {spoken(exc, 'cli')}", err=True)
             sys.exit(2)
 
 
@@ -281,14 +282,13 @@ def explain_command(code: str | None) -> None:
     """Explain a finding code (without CODE: list them all)."""
     if code is None:
         for entry in catalog.CATALOG.values():
-            kind = "error" if entry.blocking else entry.severity
-            click.echo(f"{entry.code:24} {kind:5} {entry.title}")
+            click.echo(f"{entry.code:24} {entry.severity:5} {entry.title}")
         return
     if code not in catalog.CATALOG:
         raise KernelJudgeError(f"no finding code {code!r}; `kerneljudge explain` lists them")
     entry = catalog.CATALOG[code]
     click.echo(f"{entry.code}: {entry.title}")
-    click.echo(f"severity: {'error (the candidate could not be judged)' if entry.blocking else entry.severity}")
+    click.echo(f"severity: {entry.severity}" + (" (the candidate could not be judged)" if entry.blocking else ""))
     if entry.catalog_row:
         click.echo(f"guards against: integrity catalog row {entry.catalog_row}")
     click.echo(f"fix: {entry.fix}")
@@ -309,7 +309,7 @@ def build_command(solutions: tuple[Path, ...], jobs: int, arch: str | None, devi
     from kerneljudge.pipeline import resolve_device
 
     options = Options().replace(arch=arch, worker={"timeout_s": timeout_s},
-                                cache_dir=cache_dir or default_cache_dir())
+                                cache_dir=cache_dir or default_cache_dir()).validate()
     outcomes = build_all(list(solutions), options, resolve_device(device), jobs)
     if as_json:
         click.echo(json.dumps([o.to_json() for o in outcomes], indent=2))

@@ -11,7 +11,23 @@ class KernelJudgeError(Exception):
 
 
 class UsageError(KernelJudgeError):
-    """The user asked for something that cannot be done (unknown option value, unknown constant)."""
+    """The user asked for something that cannot be done (an option out of range, an unknown constant).
+
+    `argument` is the Options field at fault ("timing.budget_ms"), when there is one; the message then
+    holds "{argument}" where the argument's name goes, and each interface says the name its own way
+    (`options.spoken`): `--budget-ms` on the command line, `budget_ms` in Python and over MCP. `str()`
+    gives the Python API's words (the field's own name)."""
+
+    def __init__(self, message: str, argument: str | None = None):
+        super().__init__(message)
+        self.argument = argument
+
+    def __str__(self) -> str:
+        return self.naming(self.argument.rsplit(".", 1)[-1]) if self.argument else self.args[0]
+
+    def naming(self, name: str) -> str:
+        """The message with the argument called `name`."""
+        return self.args[0].replace("{argument}", name)
 
 
 class ProblemError(KernelJudgeError):

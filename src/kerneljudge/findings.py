@@ -2,7 +2,9 @@
 
 A finding is data (`records.Finding`): a stable code, a severity, a concrete message and the fix-it
 text from this catalog. Codes never change meaning; `kerneljudge explain CODE` prints an entry.
-`blocking` entries mean the candidate could not be judged at all: the verdict is "error", not "fail".
+Severity "error" means the candidate could not be judged at all (it blocks the run: verdict "error");
+"fail" gives verdict "fail"; "warn" and "info" do not change the verdict. The same name is used in the
+JSON, the human report, the agents' brief and `explain`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Severity = Literal["fail", "warn", "info"]
+Severity = Literal["error", "fail", "warn", "info"]
 
 
 @dataclass(frozen=True)
@@ -19,51 +21,47 @@ class Spec:
     severity: Severity
     title: str
     fix: str
-    blocking: bool = False  # True: verdict "error" (could not judge); False: a fail finding gives "fail"
     catalog_row: int | None = None  # row of shared/reference/integrity-catalog.md this guards against
+
+    @property
+    def blocking(self) -> bool:
+        """The candidate could not be judged: the run stops here and the verdict is "error"."""
+        return self.severity == "error"
 
 
 def _specs() -> dict[str, Spec]:
     entries = [
         # --- could not judge (verdict "error") -------------------------------------------------------
-        Spec("problem-invalid", "fail", "The problem file is missing or malformed",
-             "Give a KernelBench-format file: class Model, get_inputs(), get_init_inputs(), int size constants.",
-             blocking=True),
-        Spec("problem-error", "fail", "The reference problem raised while running",
-             "Run the problem file on its own: Model(*get_init_inputs())(*get_inputs()) must work at these sizes.",
-             blocking=True),
-        Spec("candidate-invalid", "fail", "The candidate file is missing or is not valid Python",
-             "Fix the file path or the syntax error at the line shown.", blocking=True),
-        Spec("import-error", "fail", "Importing the candidate raised",
-             "Make the module import cleanly on its own; it cannot see the problem file's names.", blocking=True),
-        Spec("compile-error", "fail", "Building the candidate's extension failed",
-             "Fix the compiler errors shown (file:line); build it alone with `kerneljudge build SOLUTION`.",
-             blocking=True),
-        Spec("missing-modelnew", "fail", "The candidate defines no ModelNew class",
-             "Define `class ModelNew(nn.Module)` with the reference Model's constructor and forward signatures.",
-             blocking=True),
-        Spec("constructor-error", "fail", "ModelNew(*get_init_inputs()) raised",
-             "Accept exactly the reference's constructor arguments (see get_init_inputs()).", blocking=True),
-        Spec("state-dict-mismatch", "fail", "The reference's parameters do not fit ModelNew",
-             "Create the same parameters and buffers as Model, with the same names and shapes; extra ones are allowed.",
-             blocking=True),
-        Spec("forward-error", "fail", "ModelNew.forward raised",
-             "Fix the exception shown; forward gets the same arguments as the reference's forward.", blocking=True),
-        Spec("candidate-exit", "fail", "The candidate called exit",
-             "Do not call sys.exit/os._exit/quit in a candidate.", blocking=True),
-        Spec("timeout", "fail", "The worker ran past its time limit",
-             "Look for an endless loop or a hang (a deadlocked kernel, waiting on input); raise --timeout for slow builds.",
-             blocking=True),
-        Spec("out-of-memory", "fail", "The candidate ran out of memory",
-             "Allocate what the function needs, not more; check sizes computed from the inputs.", blocking=True),
-        Spec("worker-crashed", "fail", "The worker process died",
-             "The candidate crashed the process (signal or exit code shown): look for out-of-bounds access in native code.",
-             blocking=True),
-        Spec("cuda-error", "fail", "A CUDA error poisoned the device context",
-             "Run the kernel under compute-sanitizer to find the bad access; check launch bounds and indexing.",
-             blocking=True),
-        Spec("judge-error", "fail", "The judge itself failed",
-             "This is a bug in kerneljudge: please report it with the message shown.", blocking=True),
+        Spec("problem-invalid", "error", "The problem file is missing or malformed",
+             "Give a KernelBench-format file: class Model, get_inputs(), get_init_inputs(), int size constants."),
+        Spec("problem-error", "error", "The reference problem raised while running",
+             "Run the problem file on its own: Model(*get_init_inputs())(*get_inputs()) must work at these sizes."),
+        Spec("candidate-invalid", "error", "The candidate file is missing or is not valid Python",
+             "Fix the file path or the syntax error at the line shown."),
+        Spec("import-error", "error", "Importing the candidate raised",
+             "Make the module import cleanly on its own; it cannot see the problem file's names."),
+        Spec("compile-error", "error", "Building the candidate's extension failed",
+             "Fix the compiler errors shown (file:line); build it alone with `kerneljudge build SOLUTION`."),
+        Spec("missing-modelnew", "error", "The candidate defines no ModelNew class",
+             "Define `class ModelNew(nn.Module)` with the reference Model's constructor and forward signatures."),
+        Spec("constructor-error", "error", "ModelNew(*get_init_inputs()) raised",
+             "Accept exactly the reference's constructor arguments (see get_init_inputs())."),
+        Spec("state-dict-mismatch", "error", "The reference's parameters do not fit ModelNew",
+             "Create the same parameters and buffers as Model, with the same names and shapes; extra ones are allowed."),
+        Spec("forward-error", "error", "ModelNew.forward raised",
+             "Fix the exception shown; forward gets the same arguments as the reference's forward."),
+        Spec("candidate-exit", "error", "The candidate called exit",
+             "Do not call sys.exit/os._exit/quit in a candidate."),
+        Spec("timeout", "error", "The worker ran past its time limit",
+             "Look for an endless loop or a hang (a deadlocked kernel, waiting on input); raise --timeout for slow builds."),
+        Spec("out-of-memory", "error", "The candidate ran out of memory",
+             "Allocate what the function needs, not more; check sizes computed from the inputs."),
+        Spec("worker-crashed", "error", "The worker process died",
+             "The candidate crashed the process (signal or exit code shown): look for out-of-bounds access in native code."),
+        Spec("cuda-error", "error", "A CUDA error poisoned the device context",
+             "Run the kernel under compute-sanitizer to find the bad access; check launch bounds and indexing."),
+        Spec("judge-error", "error", "The judge itself failed",
+             "This is a bug in kerneljudge: please report it with the message shown."),
         # --- wrong answers (verdict "fail") ----------------------------------------------------------
         Spec("wrong-output", "fail", "Output values differ from the reference beyond tolerance",
              "Compare against the reference on the trial shown; check indexing, reductions and accumulation precision.",

@@ -9,8 +9,9 @@ pipeline as the CLI and the Python API (`kerneljudge.api`), and return structure
      "result":  the Result's JSON, trimmed to a size bound}
 
 A candidate's failure is never a tool error: it is a result with verdict "fail" or "error" and
-findings. A tool error means the request itself was unusable (unknown problem, unknown constant,
-no GPU for device="cuda"); its message says what to change.
+findings. A tool error means the request itself was unusable (an argument out of its range, an
+unknown or malformed problem, a solution_path that is no file, an unknown constant, no GPU for
+device="cuda"); its message names the argument as this server's tools call it and what to change.
 
 Run with `kerneljudge mcp` (stdio). Tools run on the SDK's worker threads, so a long evaluation does
 not block the server's event loop; each evaluation has its own fresh worker process, taken
@@ -30,9 +31,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from kerneljudge import __version__, api, report, sourcefile, suite
+from kerneljudge.candidate import missing_file
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.isolation import WorkerPool
-from kerneljudge.options import DEFAULT_TOLERANCE, CheckOptions, Options, TimingOptions
+from kerneljudge.options import DEFAULT_TOLERANCE, CheckOptions, Options, TimingOptions, spoken
 from kerneljudge.problem import load_problem
 from kerneljudge.records import Result, jsonsafe
 
@@ -155,26 +157,26 @@ def build_server(options: Options | None = None, pool: WorkerPool | None = None)
     @server.tool(description="Check a candidate's correctness and integrity, without timing (the agents' "
                              "run_correctness). Static lint, build (compiles CUDA/C++ extensions; builds are "
                              "cached by source hash), then the checks. " + _PROTOCOL + " trials: number of "
-                             f"correctness trials (default {CheckOptions.trials}); seed: fix the seed to reproduce "
+                             f"correctness trials, 1 or more (default {CheckOptions.trials}); seed: fix the seed to reproduce "
                              "a failure (default: secret, random per run). " + _CANDIDATE_ARGS)
     def run_correctness(problem: str, solution_source: str | None = None, solution_path: str | None = None,
                         device: str = "auto", sets: dict[str, int | float | str] | None = None,
                         preset: str | None = None, trials: int | None = None,
                         seed: int | None = None) -> JudgeOutput:
         opts = _options(base, device, sets, preset)
-        opts = opts.replace(check={"trials": trials or opts.check.trials,
+        opts = opts.replace(check={"trials": trials if trials is not None else opts.check.trials,
                                    "seed": seed if seed is not None else opts.check.seed})
         return _judge(api.check, problem, solution_source, solution_path, opts, pool)
 
     @server.tool(description="Time a candidate against the reference, after the correctness checks that make a "
                              "time meaningful (a wrong kernel's time means nothing: a failing candidate is not "
                              "timed). " + _TIMING + " " + _PROTOCOL + " budget_ms: timing budget per timed "
-                             f"function (default {TimingOptions.budget_ms:g}). " + _CANDIDATE_ARGS)
+                             f"function, in ms, above 0 (default {TimingOptions.budget_ms:g}). " + _CANDIDATE_ARGS)
     def benchmark(problem: str, solution_source: str | None = None, solution_path: str | None = None,
                   device: str = "auto", sets: dict[str, int | float | str] | None = None,
                   preset: str | None = None, budget_ms: float | None = None) -> JudgeOutput:
         opts = _options(base, device, sets, preset)
-        opts = opts.replace(timing={"budget_ms": budget_ms or opts.timing.budget_ms})
+        opts = opts.replace(timing={"budget_ms": budget_ms if budget_ms is not None else opts.timing.budget_ms})
         return _judge(api.bench, problem, solution_source, solution_path, opts, pool)
 
     @server.tool(description="Submit a candidate: the full evaluation under the strict protocol (lint, build, "
@@ -200,11 +202,11 @@ def run_stdio(options: Options | None = None) -> None:
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _usage(fn: Callable[[], Any]) -> Any:
-    """Run `fn`; the judge's usage errors become tool errors carrying their message."""
+    """Run `fn`; the judge's usage errors become tool errors carrying their message, in MCP's words."""
     try:
         return fn()
     except KernelJudgeError as exc:
-        raise ToolError(str(exc)) from exc
+        raise ToolError(spoken(exc, "mcp")) from exc
 
 
 def _options(base: Options, device: str, sets: dict[str, Any] | None, preset: str | None) -> Options:
@@ -216,12 +218,23 @@ def _judge(verb: Callable[..., Result], problem: str, source: str | None, path: 
            options: Options, pool: WorkerPool | None) -> JudgeOutput:
     if source is not None and path is not None:
         raise ToolError("give the candidate as solution_source or as solution_path, not both")
+    if path is not None and not path.startswith("@") and (missing := missing_file(path)):
+        raise ToolError(f"solution_path: {missing}")
     if source is None:
-        return judge_output(_usage(lambda: verb(problem, path, options, pool=pool)))
+        return judge_output(_request_usable(_usage(lambda: verb(problem, path, options, pool=pool))))
     with tempfile.TemporaryDirectory(prefix="kj-mcp-") as folder:
         candidate = Path(folder) / "candidate.py"
         candidate.write_text(source)
-        return judge_output(_usage(lambda: verb(problem, candidate, options, pool=pool)))
+        return judge_output(_request_usable(_usage(lambda: verb(problem, candidate, options, pool=pool))))
+
+
+def _request_usable(result: Result) -> Result:
+    """The result, unless the problem could not be loaded: that is the request's fault (a tool error),
+    not the candidate's."""
+    for finding in result.findings:
+        if finding.code == "problem-invalid":
+            raise ToolError(f"problem: {finding.message}")
+    return result
 
 
 def judge_output(result: Result, max_chars: int = MAX_OUTPUT_CHARS) -> JudgeOutput:

@@ -1,20 +1,36 @@
-"""Every option of an evaluation, with its default, in one place.
+"""Every option of an evaluation, with its default and its legal range, in one place.
 
 The CLI, the Python API and the MCP server all build one `Options` value and pass it down; nothing
 reads globals or environment variables behind its back (the environment is read here, once, for the
-two locations that are documented as overridable by environment variables).
+two locations that are documented as overridable by environment variables). `Options.validate` is the
+one rule for every interface: `pipeline.evaluate` calls it before anything is loaded or any worker
+starts, and a value out of range is a UsageError naming the argument as the caller's interface
+names it (`ARGUMENT_NAMES`), never a finding against the candidate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
+
+from kerneljudge.errors import KernelJudgeError, UsageError
 
 Protocol = Literal["strict", "kernelbench"]
+Interface = Literal["cli", "python", "mcp"]
+
+#: How an interface names an Options field where the name is not the default one (the CLI: the field's
+#: last part as a flag, `timing.budget_ms` -> `--budget-ms`; Python and MCP: the last part, `budget_ms`).
+ARGUMENT_NAMES: dict[str, dict[Interface, str]] = {
+    "overrides": {"cli": "--set", "mcp": "sets"},
+    "worker.timeout_s": {"cli": "--timeout"},
+}
 
 #: Tolerances per output dtype (atol = rtol). fp32 as KernelBench (1e-4); half types 1e-2.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7}
@@ -55,6 +71,42 @@ def default_problems_root() -> Path | None:
     built-in suite (None)."""
     env = os.environ.get("KERNELJUDGE_PROBLEMS_ROOT")
     return Path(env).expanduser().resolve() if env else None
+
+
+def argument_name(field_path: str, interface: Interface) -> str:
+    """What `interface` calls the Options field `field_path` ("timing.budget_ms")."""
+    leaf = field_path.rsplit(".", 1)[-1]
+    default = "--" + leaf.replace("_", "-") if interface == "cli" else leaf
+    return ARGUMENT_NAMES.get(field_path, {}).get(interface, default)
+
+
+def spoken(error: KernelJudgeError, interface: Interface) -> str:
+    """The error's message in `interface`'s words (a UsageError names its argument as that interface does)."""
+    if isinstance(error, UsageError) and error.argument:
+        return error.naming(argument_name(error.argument, interface))
+    return str(error)
+
+
+def check_device(device: str) -> str:
+    """The device, lower-cased, if it is auto, cpu, cuda or cuda:N; else a UsageError."""
+    name = device.strip().lower() if isinstance(device, str) else device
+    if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise UsageError(f"{{argument}} {device!r} is not a device: use auto, cpu, cuda or cuda:N", "device")
+    return name
+
+
+def _check_number(value, argument: str, *, integer: bool = False, minimum: float = 0, above: bool = False,
+                  optional: bool = False, unit: str = "") -> None:
+    """A UsageError unless `value` is a finite number (an int when `integer`) >= minimum (> when `above`)."""
+    if value is None and optional:
+        return
+    kind = int if integer else (int, float)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (above and value == minimum):
+        what = "an integer" if integer else "a number"
+        bound = f"{'>' if above else '>='} {minimum:g}{unit}"
+        raise UsageError(f"{{argument}} must be {what} {bound}" + (" or unset" if optional else "")
+                         + f" (got {value!r})", argument)
 
 
 @dataclass(frozen=True)
@@ -113,15 +165,64 @@ class Options:
     problems_root: Path | None = field(default_factory=default_problems_root)  # None: the built-in suite
 
     def replace(self, **changes) -> "Options":
-        """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`)."""
+        """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).
+        An unknown field is a UsageError listing the known ones."""
         for name in ("check", "timing", "worker"):
             if isinstance(changes.get(name), dict):
-                changes[name] = dataclasses.replace(getattr(self, name), **changes[name])
-        return dataclasses.replace(self, **changes)
+                changes[name] = _replaced(getattr(self, name), changes[name], f"{name}.")
+        return _replaced(self, changes, "")
+
+    def validate(self) -> "Options":
+        """Raise UsageError for the first argument out of its legal range; return self when all are fine.
+        (Problem constants, `overrides`, are checked against the problem file when it is loaded.)"""
+        check_device(self.device)
+        if self.protocol not in get_args(Protocol):
+            raise UsageError(f"{{argument}} must be one of {', '.join(get_args(Protocol))} (got {self.protocol!r})",
+                             "protocol")
+        for name, value in (("preset", self.preset), ("arch", self.arch)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise UsageError(f"{{argument}} must be a non-empty name or unset (got {value!r})", name)
+        check, timing, worker = self.check, self.timing, self.worker
+        _check_number(check.trials, "check.trials", integer=True, minimum=1)
+        _check_number(check.atol, "check.atol", optional=True)
+        _check_number(check.rtol, "check.rtol", optional=True)
+        if check.seed is not None and (not isinstance(check.seed, int) or isinstance(check.seed, bool)):
+            raise UsageError(f"{{argument}} must be an integer or unset (got {check.seed!r})", "check.seed")
+        for name in ("warmup_runs", "checked_calls"):
+            _check_number(getattr(timing, name), f"timing.{name}", integer=True)
+        for name in ("min_runs", "input_sets"):
+            _check_number(getattr(timing, name), f"timing.{name}", integer=True, minimum=1)
+        _check_number(timing.max_runs, "timing.max_runs", integer=True, minimum=timing.min_runs)
+        for name in ("warmup_ms", "min_time_ms", "target_rel_sem"):
+            _check_number(getattr(timing, name), f"timing.{name}")
+        _check_number(timing.budget_ms, "timing.budget_ms", above=True, unit=" ms")
+        _check_number(worker.timeout_s, "worker.timeout_s", above=True, unit=" s")
+        _check_number(worker.memory_limit_mb, "worker.memory_limit_mb", integer=True, minimum=256, optional=True,
+                      unit=" MB")
+        return self
+
+    def command_line(self, verb: str, problem: str, solution: str, *, seed: int, device: str,
+                     preset: str | None) -> str:
+        """The `kerneljudge` command that runs this evaluation again with the same seed, sizes and
+        settings (`submit`'s hidden re-check is not part of it: its seeds are never shown)."""
+        words = ["kerneljudge", "check" if verb == "check" else "bench" if verb == "bench" else "eval",
+                 problem, solution, "--seed", str(seed), "--device", device]
+        words += ["--preset", preset] if preset else []
+        for name, value in self.overrides:
+            words += ["--set", f"{name}={value}"]
+        default = Options()
+        for path in ("check.trials", "check.atol", "check.rtol", "protocol", "timing.budget_ms",
+                     "worker.timeout_s", "worker.memory_limit_mb", "arch"):
+            value = _field(self, path)
+            if value is not None and value != _field(default, path):
+                words += [argument_name(path, "cli"), str(value)]
+        flags = {"--no-probes": not self.probes, "--no-timing": verb == "evaluate" and not self.timing.enabled,
+                 "--cuda-graph": self.timing.cuda_graph, "--no-baselines": not self.timing.baselines}
+        return shlex.join(words + [flag for flag, on in flags.items() if on])
 
     def to_json(self, *, keep_seed: bool = False) -> dict:
-        """JSON-ready fields. The seed is left out (a secret seed is never written out with a record)
-        unless `keep_seed` (the options sent to `kerneljudge serve` for the evaluation itself)."""
+        """JSON-ready fields. The seed is left out (a record's options say what was asked; the seed a run
+        used is on its Result) unless `keep_seed` (the options sent to `kerneljudge serve`)."""
         data = dataclasses.asdict(self)
         data["cache_dir"] = str(self.cache_dir)
         data["store_path"] = str(self.store_path) if self.store_path else None
@@ -138,3 +239,20 @@ class Options:
                                 "store_path": Path(data["store_path"]) if data["store_path"] else None,
                                 "problems_root": Path(data["problems_root"]) if data.get("problems_root") else None,
                                 "overrides": tuple(tuple(kv) for kv in data["overrides"])})
+
+
+def _replaced(value, changes: dict, prefix: str):
+    """dataclasses.replace, with an unknown field named as a UsageError."""
+    known = [f.name for f in dataclasses.fields(value)]
+    unknown = [name for name in changes if name not in known]
+    if unknown:
+        raise UsageError(f"unknown option {', '.join(prefix + u for u in unknown)}; the options are: "
+                         + ", ".join(prefix + k for k in known))
+    return dataclasses.replace(value, **changes)
+
+
+def _field(options: Options, path: str):
+    value = options
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import secrets
 import sys
 import time
@@ -26,7 +25,7 @@ from kerneljudge import cache, devicelock, lint, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import WorkerFailure, WorkerPool, WorkerProcess
-from kerneljudge.options import Options
+from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
@@ -90,14 +89,12 @@ def resolve_device(requested: str) -> str:
 
     The judge does not import torch (it starts faster and runs no CUDA): the GPU is seen through the
     driver's files, and the worker confirms the device with torch before anything runs there."""
-    requested = requested.strip().lower()
+    requested = check_device(requested)
     if requested == "auto":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         has_gpu = any(Path("/proc/driver/nvidia/gpus").glob("*")) or Path("/dev/nvidia0").exists()
         return "cuda" if has_gpu and visible not in ("", "-1") else "cpu"
-    if requested == "cpu" or re.fullmatch(r"cuda(:\d+)?", requested):
-        return requested
-    raise UsageError(f"--device {requested!r} is not a device: use auto, cpu, cuda or cuda:N")
+    return requested
 
 
 def resolve_solution(solution: str | Path | None, problem: Problem, device_type: str) -> Path:
@@ -127,7 +124,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
-    options = options or Options()
+    options = (options or Options()).validate()
     run = Run(options, clock_ms, on_progress=on_progress)
     device = resolve_device(options.device)
     device_type = device.split(":")[0]
@@ -150,7 +147,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
         _judge_in_worker(run, problem, candidate, device, seed, pool)
-    result = _result(run, problem, candidate, device, seed)
+    result = _result(run, problem, candidate, device, seed, verb)
     if options.store_path is not None:
         _record(result, options, verb, candidate, solution)
     return result
@@ -178,7 +175,7 @@ def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: s
             with run.stage("worker", "starting the worker (it imports torch)"):
                 hello = worker.call("ping", device=device, memory_limit_mb=options.worker.memory_limit_mb)
                 if hello.get("error"):
-                    raise UsageError(hello["error"])
+                    raise UsageError(hello["error"] + "; choose another {argument} (cpu, cuda, cuda:N)", "device")
                 if not run.add(hello):
                     return
                 run.device, run.versions = hello["device"], hello["versions"]
@@ -248,7 +245,7 @@ def _hidden_recheck(run: Run, worker: WorkerProcess) -> bool:
     trials = [Trial.from_json(t) for t in reply.get("trials", [])]
     hidden = [Finding.from_json(f) for f in reply.get("findings", [])]
     passed = sum(t.passed for t in trials)
-    failing = sorted({f.code for f in hidden if f.severity == "fail"})
+    failing = sorted({f.code for f in hidden if f.severity in ("error", "fail")})
     ok = bool(trials) and passed == len(trials) and not failing
     code = "hidden-recheck" if ok else (failing[0] if failing else "wrong-output")
     message = (f"hidden re-check: ({passed} / {len(trials)}) trials passed" if ok else
@@ -339,7 +336,7 @@ def _protocol_difference(run: Run) -> None:
     kernelbench = decide_verdict(run.findings, run.trials)
     strict = decide_verdict(run.findings + run.shadow.findings, run.shadow.trials)
     if kernelbench != strict:
-        caught = [f for f in run.shadow.findings if f.severity == "fail"]
+        caught = [f for f in run.shadow.findings if f.severity in ("error", "fail")]
         why = "; ".join(f"{f.code}: {f.message}" for f in caught[:4]) or "see the strict trials"
         run.findings.append(Finding.of(
             "protocol-difference", f"KernelBench's protocol gives {kernelbench}, the strict protocol {strict}: {why}",
@@ -347,7 +344,8 @@ def _protocol_difference(run: Run) -> None:
             strict_findings=[f.to_json() for f in run.shadow.findings]))
 
 
-def _result(run: Run, problem: Problem | None, candidate: Candidate | None, device: str, seed: int) -> Result:
+def _result(run: Run, problem: Problem | None, candidate: Candidate | None, device: str, seed: int,
+            verb: str) -> Result:
     if run.shadow is not None:
         _protocol_difference(run)
     findings = tuple(run.findings)
@@ -356,5 +354,7 @@ def _result(run: Run, problem: Problem | None, candidate: Candidate | None, devi
         problem=problem.to_json() if problem else {}, candidate=candidate.to_json() if candidate else {},
         device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
         build=run.build, timing=run.timing, stage_ms=run.stage_ms,
-        seed=seed if run.options.check.seed is not None else None, worker_output_tail=run.output_tail,
-        probes=run.probe_info)
+        seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info,
+        reproduce=run.options.command_line(
+            verb, problem.name.split("_")[0] if problem.builtin else str(problem.path), str(candidate.path),
+            seed=seed, device=device, preset=problem.preset) if problem and candidate else None)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kerneljudge.findings import Severity, spec
+from kerneljudge.findings import CATALOG, Severity, spec
 
 Verdict = Literal["pass", "fail", "error"]
 
@@ -40,8 +40,11 @@ class Finding:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Finding":
-        return cls(data["code"], data["severity"], data["message"], data["fix"], data["stage"],
-                   dict(data.get("details") or {}))
+        """The severity comes from the catalog (records stored before blocking findings were named
+        "error" say "fail" for them)."""
+        code = data["code"]
+        severity = spec(code).severity if code in CATALOG else data["severity"]
+        return cls(code, severity, data["message"], data["fix"], data["stage"], dict(data.get("details") or {}))
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Trial:
     mismatched: int | None = None  # elements beyond tolerance
     worst_index: tuple[int, ...] | None = None
     message: str | None = None
+    elements: int | None = None  # elements compared (all outputs)
+    worst: tuple[dict[str, Any], ...] = ()  # the elements that miss the tolerance by most: index, expected, got, abs_err
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +122,7 @@ class Trial:
         data = dict(data)
         if data.get("worst_index") is not None:
             data["worst_index"] = tuple(data["worst_index"])
+        data["worst"] = tuple(data.get("worst") or ())
         return cls(**data)
 
 
@@ -135,9 +141,10 @@ class Result:
     build: Build | None = None
     timing: dict[str, Any] | None = None
     stage_ms: dict[str, float] = field(default_factory=dict)
-    seed: int | None = None  # shown only when the user chose it
+    seed: int | None = None  # the run's seed (trial seeds derive from it); never a hidden re-check's
     worker_output_tail: str | None = None
     probes: dict[str, Any] = field(default_factory=dict)  # what the probes saw: op trace, streams
+    reproduce: str | None = None  # the kerneljudge command that runs this evaluation again, same seed
 
     @property
     def correct(self) -> bool:
@@ -168,6 +175,7 @@ class Result:
             "build": self.build.to_json() if self.build else None,
             "stage_ms": self.stage_ms,
             "seed": self.seed,
+            "reproduce": self.reproduce,
             "worker_output_tail": self.worker_output_tail,
             "probes": self.probes,
         }
@@ -185,6 +193,7 @@ class Result:
             build=Build(**{**build, "extensions": tuple(build.get("extensions", ()))}) if build else None,
             timing=data.get("timing"), stage_ms=data.get("stage_ms", {}), seed=data.get("seed"),
             worker_output_tail=data.get("worker_output_tail"), probes=data.get("probes") or {},
+            reproduce=data.get("reproduce"),
         )
 
 

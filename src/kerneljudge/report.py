@@ -17,9 +17,9 @@ from rich.text import Text
 from kerneljudge import suite
 from kerneljudge.records import Finding, Result
 
-SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
+SEVERITY_STYLE = {"error": "bold magenta", "fail": "bold red", "warn": "yellow", "info": "dim"}
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
-SEVERITY_ORDER = {"fail": 0, "warn": 1, "info": 2}
+SEVERITY_ORDER = {"error": 0, "fail": 1, "warn": 2, "info": 3}
 
 
 def correctness_line(result: Result) -> str:
@@ -43,7 +43,8 @@ def timing_line(result: Result) -> str | None:
     if not timing or not timing.get("candidate"):
         return None
     stats = timing["candidate"]
-    line = (f"timing: {stats['median_ms']:.4g} ms median ({timing.get('method', '?')}, n={stats['n']}, "
+    method = f"{timing['method']}, " if timing.get("method") else ""
+    line = (f"timing: {stats['median_ms']:.4g} ms median ({method}n={stats['n']}, "
             f"±{100 * stats['sem_ms'] / stats['mean_ms']:.2g}% SEM)" if stats.get("mean_ms") else "timing: n/a")
     for name, factor in (result.speedup or {}).items():
         base = (timing.get("baselines") or {}).get(name) or {}
@@ -71,16 +72,36 @@ def problem_file_line(problem: dict) -> str:
 
 
 def ordered(findings) -> list[Finding]:
-    return sorted(findings, key=lambda f: (not f.blocking, SEVERITY_ORDER[f.severity]))
+    return sorted(findings, key=lambda f: SEVERITY_ORDER[f.severity])
+
+
+def worst_lines(result: Result) -> list[str]:
+    """The first failing trial's worst elements: index, expected, got, |diff|, and how many miss."""
+    trial = next((t for t in result.trials if t.worst), None)
+    if trial is None:
+        return []
+    lines = [f"trial {trial.index}: {trial.mismatched} of {trial.elements} elements miss the tolerance; the worst:"]
+    for e in trial.worst:
+        where = (f"output {e['output']} " if "output" in e else "") + str(e["index"])
+        lines.append(f"  {where:>20}  expected {e['expected']:<12.6g} got {e['got']:<12.6g} |diff| {e['abs_err']:.3g}")
+    return lines
+
+
+def header(result: Result) -> str:
+    """'level2/51_... · wrong.py (pytorch) · cpu NAME', leaving out what was never loaded."""
+    problem, candidate, device = result.problem, result.candidate, result.device
+    parts = [problem["name"]] if problem.get("name") else []
+    if candidate.get("path"):
+        parts.append(f"{candidate['path'].rsplit('/', 1)[-1]} ({candidate['label']})")
+    parts.append(" ".join(str(device[k]) for k in ("type", "name") if device.get(k)))
+    return "  ·  ".join(p for p in parts if p)
 
 
 def render(result: Result, console: Console) -> None:
     """The human report."""
-    problem, candidate, device = result.problem, result.candidate, result.device
     head = Text()
     head.append("kerneljudge ", style="bold")
-    head.append(f"{problem.get('name', '?')}  ·  {candidate.get('path', '?').rsplit('/', 1)[-1]} "
-                f"({candidate.get('label', '?')})  ·  {device.get('type', '?')} {device.get('name', '')}".rstrip())
+    head.append(header(result))
     console.print(head)
     if problem.get("path"):
         console.print(Text(f"problem file: {problem_file_line(problem)}", style="dim"))
@@ -102,15 +123,19 @@ def render(result: Result, console: Console) -> None:
         table.add_column("code")
         table.add_column("what happened, and the fix", overflow="fold")
         for f in ordered(result.findings):
-            table.add_row(Text("error" if f.blocking else f.severity, style=SEVERITY_STYLE[f.severity]), f.code,
+            table.add_row(Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.code,
                           Text(f.message) + Text(f"\nfix: {f.fix}", style="dim") if f.severity != "info" else Text(f.message))
         console.print(table)
+    for line in worst_lines(result):
+        console.print(Text(line))
     if result.worker_output_tail and result.verdict == "error":
         console.print("[dim]worker output (tail):[/dim]")
         console.print(Text(result.worker_output_tail[-1500:], style="dim"))
     if result.stage_ms:
         console.print("[dim]stages: " + " · ".join(f"{k} {_ms(v)}" for k, v in result.stage_ms.items()) + "[/dim]")
-    if result.seed is not None:
+    if result.reproduce and result.verdict != "pass":
+        console.print(Text(f"reproduce: {result.reproduce}"))
+    elif result.seed is not None:
         console.print(f"[dim]seed: {result.seed}[/dim]")
 
 
@@ -120,13 +145,15 @@ def brief(result: Result, max_chars: int = 2000) -> str:
     for f in ordered(result.findings):
         if f.severity == "info":
             continue
-        lines.append(f"[{'error' if f.blocking else f.severity}] {f.code}: {f.message}")
-        if f.severity == "fail":
+        lines.append(f"[{f.severity}] {f.code}: {f.message}")
+        if f.severity in ("error", "fail"):
             lines.append(f"  fix: {f.fix}")
     lines.append(correctness_line(result))
     line = timing_line(result)
     if line:
         lines.append(line)
+    if result.reproduce and result.verdict != "pass":
+        lines.append(f"reproduce: {result.reproduce}")
     text = "\n".join(lines)
     return text if len(text) <= max_chars else text[: max_chars - 14] + "\n[... clipped]"
 

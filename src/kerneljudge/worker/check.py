@@ -171,17 +171,17 @@ def run_check(session: Session, *, trials: int, atol: float | None, rtol: float 
     for index in range(trials):
         if not run_trial(session, index, derive_seed(session.seed, label, index), atol, rtol, outcome):
             break
-    outcome.findings = _deduplicated(outcome.findings)
+    outcome.findings = _deduplicated(outcome.findings, len(outcome.trials))
     return outcome
 
 
-def _deduplicated(findings: list[Finding]) -> list[Finding]:
-    """One finding per code: the first, with how many trials showed it."""
+def _deduplicated(findings: list[Finding], trials: int) -> list[Finding]:
+    """One finding per code: the first, saying in how many of the `trials` trials it was seen."""
     first: dict[str, Finding] = {}
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.code] = counts.get(f.code, 0) + 1
         first.setdefault(f.code, f)
-    return [f if counts[c] == 1 else Finding(f.code, f.severity, f"{f.message} (and {counts[c] - 1} more)", f.fix,
-                                              f.stage, {**f.details, "count": counts[c]})
+    return [f if counts[c] == 1 else Finding(f.code, f.severity, f"{f.message} (seen in {counts[c]} of {trials} "
+                                              "trials)", f.fix, f.stage, {**f.details, "count": counts[c]})
             for c, f in first.items()]

@@ -16,6 +16,8 @@ from kerneljudge.options import DEFAULT_TOLERANCE
 from kerneljudge.records import Finding, Trial
 
 STAGE = "check"
+WORST_SHOWN = 5  # elements listed on a failing trial, the message names the first WORST_IN_MESSAGE
+WORST_IN_MESSAGE = 3
 
 
 @dataclass
@@ -85,7 +87,8 @@ def compare(index: int, cand_out, ref_out, ref64_out, atol: float, rtol: float) 
                                    "against float64; the candidate is compared with the native reference", stage=STAGE))
     worst = None
     passed, mismatched, max_abs, sum_abs, count, max_rel = True, 0, 0.0, 0.0, 0, 0.0
-    for c, t in zip(cands, truths):
+    worst_elements: list[dict] = []
+    for number, (c, t) in enumerate(zip(cands, truths)):
         ok, bad, stats = _close(c, t, atol, rtol)
         passed &= ok
         mismatched += bad
@@ -94,16 +97,44 @@ def compare(index: int, cand_out, ref_out, ref64_out, atol: float, rtol: float) 
         sum_abs += stats["sum_abs"]
         count += stats["count"]
         max_rel = max(max_rel, stats["max_rel"])
+        worst_elements += [{**({"output": number} if len(cands) > 1 else {}), **e} for e in stats["worst_elements"]]
         if stats["nonfinite"]:
             findings.append(Finding.of("output-nonfinite", f"trial {index}: {stats['nonfinite']} output elements are "
                                        "NaN or Inf where the reference is finite", stage=STAGE, trial=index))
+    worst_elements = sorted(worst_elements, key=_badness, reverse=True)[:WORST_SHOWN]
     trial = Trial(index, passed, max_abs, sum_abs / max(count, 1), max_rel, atol, rtol, compared_to, mismatched,
-                  worst, None if passed else f"{mismatched} elements beyond atol={atol:g}, rtol={rtol:g}; "
-                  f"max_abs_err={max_abs:.3g} at index {list(worst) if worst else '?'}")
+                  worst, None if passed else _mismatch_message(mismatched, count, atol, rtol, max_abs, worst_elements),
+                  elements=count, worst=tuple(worst_elements))
     if not passed and not any(f.code == "output-nonfinite" for f in findings):
         findings.append(Finding.of("wrong-output", f"trial {index}: {trial.message}", stage=STAGE, trial=index,
-                                   max_abs_err=max_abs, mismatched=mismatched))
+                                   max_abs_err=max_abs, mismatched=mismatched, elements=count))
     return Comparison(trial, findings)
+
+
+def _worst_elements(out: torch.Tensor, truth: torch.Tensor, bad: torch.Tensor) -> list[dict]:
+    """Of the elements `bad` marks, the WORST_SHOWN that miss by most, each as its index, the expected
+    value, the value got and |got - expected| (a NaN where a number was expected ranks first)."""
+    o, t = out.reshape(-1), truth.reshape(-1)
+    diff = (o - t).abs()
+    score = torch.where(bad.reshape(-1), diff.nan_to_num(nan=float("inf")), torch.full_like(diff, -1.0))
+    picked = torch.topk(score, min(WORST_SHOWN, int(bad.sum()))).indices.tolist()
+    return [{"index": list(_unravel(i, tuple(out.shape))), "expected": float(t[i]), "got": float(o[i]),
+             "abs_err": float(diff[i])} for i in picked]
+
+
+def _badness(element: dict) -> float:
+    err = element["abs_err"]
+    return float("inf") if err != err else err
+
+
+def _mismatch_message(mismatched: int, count: int, atol: float, rtol: float, max_abs: float,
+                      worst: list[dict]) -> str:
+    """'3 of 4096 elements miss atol=0.0001, rtol=0.0001 (max_abs_err=0.5); worst: [0, 7] expected 1.25
+    got 1.75, ...' (an element of the second of several outputs: output 1 [0, 7])."""
+    shown = ", ".join(f"{'output %d ' % e['output'] if 'output' in e else ''}{e['index']} expected "
+                      f"{e['expected']:.6g} got {e['got']:.6g}" for e in worst[:WORST_IN_MESSAGE])
+    return (f"{mismatched} of {count} elements miss atol={atol:g}, rtol={rtol:g} (max_abs_err={max_abs:.3g})"
+            + (f"; worst: {shown}" if shown else ""))
 
 
 def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> tuple[bool, int, dict]:
@@ -125,6 +156,7 @@ def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> 
     return (not bool(bad.any())), int(bad.sum()), {
         "max_abs": max_abs, "sum_abs": float(diff_finite[torch.isfinite(diff_finite)].sum()) if n else 0.0,
         "count": n, "max_rel": float(rel.max()) if n else 0.0, "worst": worst, "nonfinite": nonfinite,
+        "worst_elements": _worst_elements(o, t, bad) if bad.any() else [],
     }
 
 

@@ -69,7 +69,7 @@ class Server:
         if device.type == "cuda":
             if not torch.cuda.is_available():
                 return _reply([], error=f"device {device} requested, but torch {torch.__version__} in the worker "
-                              "sees no CUDA GPU: use --device cpu")
+                              "sees no CUDA GPU")
             if (device.index or 0) >= torch.cuda.device_count():
                 return _reply([], error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
             torch.cuda.set_device(device.index or 0)

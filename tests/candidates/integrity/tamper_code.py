@@ -8,7 +8,8 @@ C = sys.modules["kerneljudge.worker.compare"]
 
 
 def _always_close(out, truth, atol, rtol):
-    return True, 0, {"max_abs": 0.0, "sum_abs": 0.0, "count": 1, "max_rel": 0.0, "worst": (), "nonfinite": 0}
+    return True, 0, {"max_abs": 0.0, "sum_abs": 0.0, "count": 1, "max_rel": 0.0, "worst": (), "nonfinite": 0,
+                     "worst_elements": []}
 
 
 C._close.__code__ = _always_close.__code__
