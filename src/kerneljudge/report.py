@@ -103,8 +103,8 @@ def render(result: Result, console: Console) -> None:
     head.append("kerneljudge ", style="bold")
     head.append(header(result))
     console.print(head)
-    if problem.get("path"):
-        console.print(Text(f"problem file: {problem_file_line(problem)}", style="dim"))
+    if result.problem.get("path"):
+        console.print(Text(f"problem file: {problem_file_line(result.problem)}", style="dim"))
     verdict = Text("verdict: ")
     verdict.append(result.verdict.upper(), style=VERDICT_STYLE[result.verdict])
     verdict.append(f"   protocol: {result.protocol}")
