@@ -1,6 +1,7 @@
-"""The judge's side of a worker process: spawn it, talk to it over the private channel, contain it.
+"""The judge's side of its torch processes: spawn one, talk to it over the private channel, contain it.
 
-A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
+Two roles run the same way: the candidate's worker (`python -m kerneljudge.worker`) and the referee
+(`python -m kerneljudge.referee`, which never imports candidate code). A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
 `python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
 with stdout and stderr captured to a file whose tail is attached to error results and one deadline
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import kerneljudge
-from kerneljudge import channel
+from kerneljudge import channel, protocol
 from kerneljudge.options import WorkerOptions
 from kerneljudge.records import Finding
 
@@ -41,8 +42,10 @@ class WorkerFailure(Exception):
 class WorkerProcess:
     """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
 
-    def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic,
+                 module: str = "kerneljudge.worker"):
         self.options = options
+        self.module = module
         self.clock = clock
         self.process: subprocess.Popen | None = None
         self.dead = False
@@ -68,7 +71,7 @@ class WorkerProcess:
         env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w)],
+                [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
                 pass_fds=(to_worker_r, from_worker_w), start_new_session=True)
         os.close(to_worker_r)
@@ -76,21 +79,24 @@ class WorkerProcess:
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
         self.deadline = self.clock() + self.options.timeout_s
 
-    def call(self, op: str, **payload: Any) -> dict[str, Any]:
-        """Send one request; raise WorkerFailure if the worker cannot answer."""
+    def call(self, request: "protocol.Request", blobs: list | tuple = ()) -> dict[str, Any]:
+        """Send one request (with tensor blobs); raise WorkerFailure if the process cannot answer. The reply's
+        blobs are under `_blobs`."""
+        op = request.op
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         nonce = secrets.token_hex(8)
         try:
-            channel.send(self.write_fd, {"op": op, "nonce": nonce, **payload})
+            channel.send(self.write_fd, {**request.to_wire(), "nonce": nonce}, blobs)
             reply = channel.receive(self.read_fd, self.deadline, self.clock)
         except channel.ChannelTimeout as exc:
             self._kill()
-            raise WorkerFailure(Finding.of("timeout", f"the worker ran past its {self.options.timeout_s:g} s limit "
-                                           f"during stage {op} and was stopped", stage=op), self.output_tail()) from exc
+            raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past its {self.options.timeout_s:g} s "
+                                           f"limit during stage {op} and was stopped", stage=op),
+                                self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
-        if reply.get("nonce") != nonce:  # a message the worker's server did not send in answer to this request
+        if reply.get("nonce") != nonce:  # a message the process's server did not send in answer to this request
             self._kill()
             raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a message "
                                            "that was not the reply to the judge's request (forged by candidate code)",
@@ -99,9 +105,18 @@ class WorkerProcess:
             self.dead = True
         return reply
 
+    @property
+    def role(self) -> str:
+        return "referee" if self.module.endswith("referee") else "worker"
+
     def _death(self, op: str, exc: Exception) -> Finding:
-        """Name how the worker ended: a signal, an exit code, or a broken channel."""
+        """Name how the process ended: a signal, an exit code, or a broken channel. The referee runs only the
+        problem's code and ours, so its death is the problem's error, never the candidate's."""
         self.dead = True
+        if self.role == "referee":
+            self._kill()
+            return Finding.of("problem-error", f"the referee (which runs the reference, never the candidate) ended "
+                              f"during stage {op} with status {self.process.returncode} ({exc})", stage=op)
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

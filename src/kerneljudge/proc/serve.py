@@ -1,0 +1,31 @@
+"""The request loop of the judge's torch processes (the referee and the candidate's worker).
+
+Each request carries a nonce its reply must echo; the reply goes out with its blobs. A reply marked
+`poisoned` (a CUDA error) ends the process after it is sent: such a process is never reused.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+from kerneljudge import channel
+
+
+def serve(handle: Callable[[dict[str, Any]], tuple[dict[str, Any], list]], argv: list[str]) -> None:
+    read_fd, write_fd = int(argv[1]), int(argv[2])
+    status = 0
+    while True:
+        try:
+            message = channel.receive(read_fd)
+        except channel.ChannelClosed:
+            break
+        reply, blobs = handle(message)
+        channel.send(write_fd, {**reply, "nonce": message.get("nonce")}, blobs)
+        if reply.get("poisoned"):
+            status = 3
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # do not wait for threads a candidate may have left behind

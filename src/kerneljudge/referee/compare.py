@@ -1,0 +1,227 @@
+"""Comparing a candidate's output with the reference's, in the referee: structure first, then values
+against float64.
+
+The candidate's output arrives as data (`proc/tensorwire.describe_output`): its structure, the facts its
+own process reported about each tensor, and the tensors' bytes. Structure (None, type, count, shape,
+dtype, device) is checked before values, each with its own finding. Values: an element passes when |out - ref| <= atol + rtol * |ref| against the float64
+reference; if the reference at its own precision misses that bound itself (TF32 convolutions, long
+fp16 reductions), the candidate is held to the native reference instead and an info finding says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kerneljudge.options import DEFAULT_TOLERANCE
+from kerneljudge.records import Finding, Trial
+
+STAGE = "check"
+
+
+@dataclass
+class Comparison:
+    trial: Trial
+    findings: list[Finding] = field(default_factory=list)
+
+
+def tolerance(reference_out, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """atol/rtol from the reference output's dtype (DEFAULT_TOLERANCE) unless given."""
+    tensors = as_tensors(reference_out) or []
+    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
+    default = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
+    return (default if atol is None else atol), (default if rtol is None else rtol)
+
+
+def as_tensors(out) -> list | None:
+    """The output's tensors in order (a tensor, or a tuple/list of them), or None if it is neither."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    return None
+
+
+@dataclass(frozen=True)
+class Received:
+    """A candidate's output as it crossed the channel: its kind ("none", "other", "tensor", "tuple",
+    "list"), the facts its process reported per tensor, and the tensors (None where not transferable)."""
+
+    kind: str
+    facts: list[dict]
+    tensors: list
+    type_name: str = ""
+
+
+def structure_problem(received: Received, ref_out) -> Finding | None:
+    """The first structural difference between the outputs, as a finding; None if they line up."""
+    if received.kind == "none":
+        return Finding.of("output-none", "forward returned None", stage=STAGE)
+    if received.kind == "other":
+        return Finding.of("output-type", f"forward returned {received.type_name.rsplit('.', 1)[-1] or 'an object'}, "
+                          "not a tensor", stage=STAGE)
+    refs = as_tensors(ref_out)
+    if len(received.facts) != len(refs):
+        return Finding.of("output-shape", f"forward returned {len(received.facts)} tensors, the reference "
+                          f"{len(refs)}", stage=STAGE)
+    for fact, c, r in zip(received.facts, received.tensors, refs):
+        if not fact.get("exact"):
+            return Finding.of("output-type", f"output is a {str(fact.get('type'))[:120]}, a subclass of "
+                              "torch.Tensor; a plain torch.Tensor is required", stage=STAGE)
+        if fact.get("storageless") or c is None:
+            return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
+                              stage=STAGE)
+        if c.shape != r.shape:
+            return Finding.of("output-shape", f"output shape {tuple(c.shape)}, expected {tuple(r.shape)}",
+                              stage=STAGE, got=list(c.shape), expected=list(r.shape))
+        if c.dtype != r.dtype:
+            return Finding.of("output-dtype", f"output dtype {c.dtype}, expected {r.dtype}", stage=STAGE)
+        if torch.device(str(fact.get("device"))) != r.device:
+            return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
+    return None
+
+
+def compare(index: int, received: Received, ref_out, ref64_out, atol: float, rtol: float) -> Comparison:
+    """Compare one trial's outputs; ref64_out may be None when the reference cannot run in float64."""
+    problem = structure_problem(received, ref_out)
+    if problem is not None:
+        return Comparison(Trial(index, False, message=problem.message), [problem])
+    cands, refs = received.tensors, as_tensors(ref_out)
+    truths = as_tensors(ref64_out) if ref64_out is not None else None
+    findings: list[Finding] = []
+    compared_to = "float64"
+    if truths is None:
+        truths, compared_to = [r.double() for r in refs], "native"
+    elif not all(_close(r, t, atol, rtol)[0] for r, t in zip(refs, truths)):
+        truths, compared_to = [r.double() for r in refs], "native"
+        findings.append(Finding.of("reference-imprecise", "the reference at its own precision misses the tolerance "
+                                   "against float64; the candidate is compared with the native reference", stage=STAGE))
+    worst = None
+    passed, mismatched, max_abs, sum_abs, count, max_rel = True, 0, 0.0, 0.0, 0, 0.0
+    for c, t in zip(cands, truths):
+        ok, bad, stats = _close(c, t, atol, rtol)
+        passed &= ok
+        mismatched += bad
+        if stats["max_abs"] >= max_abs:
+            max_abs, worst = stats["max_abs"], stats["worst"]
+        sum_abs += stats["sum_abs"]
+        count += stats["count"]
+        max_rel = max(max_rel, stats["max_rel"])
+        if stats["nonfinite"]:
+            findings.append(Finding.of("output-nonfinite", f"trial {index}: {stats['nonfinite']} output elements are "
+                                       "NaN or Inf where the reference is finite", stage=STAGE, trial=index))
+    trial = Trial(index, passed, max_abs, sum_abs / max(count, 1), max_rel, atol, rtol, compared_to, mismatched,
+                  worst, None if passed else f"{mismatched} elements beyond atol={atol:g}, rtol={rtol:g}; "
+                  f"max_abs_err={max_abs:.3g} at index {list(worst) if worst else '?'}")
+    if not passed and not any(f.code == "output-nonfinite" for f in findings):
+        findings.append(Finding.of("wrong-output", f"trial {index}: {trial.message}", stage=STAGE, trial=index,
+                                   max_abs_err=max_abs, mismatched=mismatched))
+    return Comparison(trial, findings)
+
+
+def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> tuple[bool, int, dict]:
+    """Elementwise tolerance check in float64 with NaN/Inf handled: where the truth is not finite,
+    the output must equal it (NaN where NaN)."""
+    o, t = out.detach().double(), truth.detach().double().to(out.device)
+    finite = torch.isfinite(t)
+    diff = (o - t).abs()
+    diff = torch.where(finite, diff, torch.zeros_like(diff))
+    bad_finite = finite & ~(diff <= atol + rtol * t.abs())  # NaN diff counts as bad
+    same_special = (o == t) | (torch.isnan(o) & torch.isnan(t))
+    bad = bad_finite | (~finite & ~same_special)
+    nonfinite = int((finite & ~torch.isfinite(o)).sum())
+    diff_finite = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
+    n = o.numel()
+    max_abs = float(diff_finite.max()) if n else 0.0
+    worst = _unravel(int(diff_finite.argmax()), tuple(o.shape)) if n and o.dim() else ()
+    rel = diff_finite / t.abs().clamp_min(atol)
+    return (not bool(bad.any())), int(bad.sum()), {
+        "max_abs": max_abs, "sum_abs": float(diff_finite[torch.isfinite(diff_finite)].sum()) if n else 0.0,
+        "count": n, "max_rel": float(rel.max()) if n else 0.0, "worst": worst, "nonfinite": nonfinite,
+    }
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major index of element `flat` (torch.unravel_index imports torch._dynamo on first use: 2 s)."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))
+
+
+def compare_allclose(index: int, received: Received, ref_out, atol: float | None, rtol: float | None) -> Comparison:
+    """KernelBench's rule: shapes, then torch.allclose against the native reference (no float64)."""
+    problem = structure_problem(received, ref_out)
+    if problem is not None:
+        return Comparison(Trial(index, False, message=problem.message), [problem])
+    a, r = tolerance(ref_out, atol, rtol)
+    outs, refs = received.tensors, as_tensors(ref_out)
+    diffs = [(o.double() - e.double()).abs() for o, e in zip(outs, refs)]
+    max_abs = max(float(d.max()) if d.numel() else 0.0 for d in diffs)
+    mean_abs = sum(float(d.sum()) for d in diffs) / max(1, sum(d.numel() for d in diffs))
+    passed = all(torch.allclose(o, e, atol=a, rtol=r) for o, e in zip(outs, refs))
+    trial = Trial(index, passed, max_abs, mean_abs, None, a, r, "native", None, None,
+                  None if passed else f"max_abs_err={max_abs:.3g}, mean_abs_err={mean_abs:.3g}")
+    findings = [] if passed else [Finding.of("wrong-output", f"trial {index} (KernelBench protocol): "
+                                             f"max_abs_err={max_abs:.3g}", stage=STAGE, trial=index)]
+    return Comparison(trial, findings)
+
+
+def unwritten(received: Received, ref_out) -> int:
+    """Output elements that are NaN where the reference's are not (left unwritten on poisoned memory)."""
+    refs = as_tensors(ref_out) or []
+    count = 0
+    for o, r in zip(received.tensors, refs):
+        if o is not None and o.shape == r.shape and o.is_floating_point():
+            count += int((torch.isnan(o) & ~torch.isnan(r)).sum())
+    return count
+
+
+def pair_difference(first: Received, second: Received, atol: float | None, rtol: float | None) -> str | None:
+    """Why two outputs of the same inputs disagree (beyond the tolerance of their dtype), or None."""
+    if first.kind != second.kind or len(first.tensors) != len(second.tensors):
+        return "the two calls returned different kinds of output"
+    for a, b in zip(first.tensors, second.tensors):
+        if a is None or b is None:
+            continue
+        if a.shape != b.shape:
+            return "shapes differ"
+        at, rt = tolerance(a, atol, rtol)
+        if not torch.allclose(a.double(), b.double(), atol=at, rtol=rt, equal_nan=True):
+            diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item()
+            return f"max difference {diff:.3g}"
+    return None
+
+
+def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, replace: bool,
+            device: torch.device) -> list[str]:
+    """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
+    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
+    zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
+    new parameter objects would bring. Returns the names changed."""
+    generator = torch.Generator(device).manual_seed(seed)
+    parameters = {n for n, _ in model.named_parameters()}
+    changed = []
+    with torch.no_grad():
+        for name, t in model.state_dict(keep_vars=True).items():
+            if (names is not None and name not in names) or not t.is_floating_point():
+                continue
+            if replace:
+                if name not in parameters:
+                    continue
+                t.copy_(_uniform(t, generator, -0.5, 0.5))
+            else:
+                t.mul_(_uniform(t, generator, 0.5, 1.5))
+                if name in parameters:
+                    t.add_(_uniform(t, generator, -0.1, 0.1))
+            changed.append(name)
+    return changed
+
+
+def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
+    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
+    worth of float64 draws on the CPU takes seconds)."""
+    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+    return (values * (high - low) + low).to(like.dtype)
