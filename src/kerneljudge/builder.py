@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from kerneljudge import protocol
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError
 from kerneljudge.isolation import WorkerFailure, WorkerProcess
@@ -40,12 +41,13 @@ def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
         return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
     try:
         with WorkerProcess(options.worker) as worker:
-            hello = worker.call("ping", device=device, memory_limit_mb=None)
-            if hello.get("error"):
-                return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["error"], stage="build"),))
-            reply = worker.call("compile", device=device, cache_dir=str(options.cache_dir), arch=options.arch,
-                                candidate={"path": str(candidate.path), "sha256": candidate.sha256,
-                                           "kinds": list(candidate.kinds)})
+            hello = worker.call(protocol.Ping(device))
+            if hello.get("usage_error"):
+                return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["usage_error"],
+                                                                      stage="build"),))
+            reply = worker.call(protocol.CompileOnly(device, str(options.cache_dir),
+                                                     {"path": str(candidate.path), "sha256": candidate.sha256,
+                                                      "kinds": list(candidate.kinds)}, options.arch))
     except WorkerFailure as failure:
         return BuildOutcome(candidate.path, None, (failure.finding,))
     info = reply["build"]

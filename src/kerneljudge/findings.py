@@ -112,6 +112,9 @@ def _specs() -> dict[str, Spec]:
         Spec("reference-fallback", "fail", "The candidate computes with the reference's heavy operations instead of its kernels",
              "Compute with your kernel; a try/except that falls back to the reference's ops hides failures.",
              catalog_row=12),
+        Spec("timing-tampering", "fail", "The candidate's reported times do not add up with the judge's own clock",
+             "Time nothing yourself and leave the judge's events and clocks alone: each batch of timed calls is "
+             "also timed from outside your process, and the two must agree.", catalog_row=24),
         Spec("timed-output-mismatch", "fail", "An output checked during timing was wrong",
              "Do the full work on every call; timed calls see different inputs and are checked.", catalog_row=5),
         Spec("impossible-speed", "fail", "Measured time is far below the memory floor",

@@ -1,6 +1,7 @@
-"""The judge's side of a worker process: spawn it, talk to it over the private channel, contain it.
+"""The judge's side of its torch processes: spawn one, talk to it over the private channel, contain it.
 
-A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
+Two roles run the same way: the candidate's worker (`python -m kerneljudge.worker`) and the referee
+(`python -m kerneljudge.referee`, which never imports candidate code). A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
 `python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
 with stdout and stderr captured to a file whose tail is attached to error results and one deadline
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import kerneljudge
-from kerneljudge import channel
+from kerneljudge import channel, protocol
 from kerneljudge.options import WorkerOptions
 from kerneljudge.records import Finding
 
@@ -51,8 +52,10 @@ class WorkerFailure(Exception):
 class WorkerProcess:
     """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
 
-    def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic,
+                 module: str = "kerneljudge.worker"):
         self.options = options
+        self.module = module
         self.clock = clock
         self.process: subprocess.Popen | None = None
         self.dead = False
@@ -81,7 +84,7 @@ class WorkerProcess:
         with open(self.log_path, "wb") as log:
             self.process = _SPAWNER.submit(
                 subprocess.Popen,
-                [sys.executable, "-m", "kerneljudge.worker", str(to_worker_r), str(from_worker_w), str(os.getpid())],
+                [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
                 pass_fds=(to_worker_r, from_worker_w), start_new_session=True).result()
         os.close(to_worker_r)
@@ -93,21 +96,23 @@ class WorkerProcess:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
         self.deadline += seconds
 
-    def call(self, op: str, *, on_progress: Callable[[dict[str, Any]], None] | None = None,
-             **payload: Any) -> dict[str, Any]:
-        """Send one request; raise WorkerFailure if the worker cannot answer. Progress messages the
-        worker sends before its reply (`{"progress": {...}}`, with the request's nonce like the reply)
-        go to `on_progress`."""
+    def call(self, request: "protocol.Request", blobs: list | tuple = (), *,
+             on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Send one request (with tensor blobs); raise WorkerFailure if the process cannot answer. The reply's
+        blobs are under `_blobs`. Progress messages the process sends before its reply (`{"progress": {...}}`,
+        with the request's nonce like the reply) go to `on_progress`."""
+        op = request.op
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         nonce = secrets.token_hex(8)
         try:
-            channel.send(self.write_fd, {"op": op, "nonce": nonce, **payload})
+            channel.send(self.write_fd, {**request.to_wire(), "nonce": nonce}, blobs)
             reply = self._receive(op, nonce, on_progress)
         except channel.ChannelTimeout as exc:
             self._kill()
-            raise WorkerFailure(Finding.of("timeout", f"the worker ran past its {self.options.timeout_s:g} s limit "
-                                           f"during stage {op} and was stopped", stage=op), self.output_tail()) from exc
+            raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past its {self.options.timeout_s:g} s "
+                                           f"limit during stage {op} and was stopped", stage=op),
+                                self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
         if reply.get("poisoned"):
@@ -128,9 +133,18 @@ class WorkerProcess:
             if on_progress is not None and isinstance(message["progress"], dict):
                 on_progress(message["progress"])
 
+    @property
+    def role(self) -> str:
+        return "referee" if self.module.endswith("referee") else "worker"
+
     def _death(self, op: str, exc: Exception) -> Finding:
-        """Name how the worker ended: a signal, an exit code, or a broken channel."""
+        """Name how the process ended: a signal, an exit code, or a broken channel. The referee runs only the
+        problem's code and ours, so its death is the problem's error, never the candidate's."""
         self.dead = True
+        if self.role == "referee":
+            self._kill()
+            return Finding.of("problem-error", f"the referee (which runs the reference, never the candidate) ended "
+                              f"during stage {op} with status {self.process.returncode} ({exc})", stage=op)
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

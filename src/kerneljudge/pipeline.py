@@ -1,12 +1,13 @@
 """The evaluation pipeline, readable from the top:
 
-    load problem -> load candidate -> (worker) build -> check -> probe -> time -> verdict
+    load problem -> load candidate -> build -> check -> probe -> time -> verdict
 
 Each stage is one call with typed values in and out; each stage's wall time is recorded on the
 result, and its start is told to the `on_progress` observer (progress.py), with the worker's own
 progress messages. Timing holds the device's timing lock (devicelock.py). Candidate code runs only in
-the worker; what comes back is data. A stage that fails to give the next one what it needs ends the
-run with the findings so far: the result is always returned.
+its worker; the reference runs only in the referee, a second process that never imports candidate code;
+the judge relays data between them (stages/) and decides. A stage that fails to give
+the next one what it needs ends the run with the findings so far: the result is always returned.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import cache, devicelock, lint, suite
+from kerneljudge import cache, devicelock, lint, protocol, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import WorkerFailure, WorkerPool, WorkerProcess
@@ -29,6 +30,8 @@ from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
+from kerneljudge.stages import check, measure, probe
+from kerneljudge.stages.context import Judging, StageEnded
 
 
 @dataclass
@@ -61,12 +64,6 @@ class Run:
     def worker_progress(self, stage: str) -> Callable[[dict[str, Any]], None]:
         """Where a worker's progress messages during `stage` go."""
         return lambda data: self.on_progress(ProgressEvent.from_worker(stage, data))
-
-    def add(self, reply: dict[str, Any]) -> bool:
-        """Take a worker reply's findings; False when one of them ends the run."""
-        new = [Finding.from_json(f) for f in reply.get("findings", [])]
-        self.findings.extend(new)
-        return not any(f.blocking for f in new)
 
     @property
     def blocked(self) -> bool:
@@ -146,7 +143,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
                                        if problem.preset else ""), stage="load"))
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
-        _judge_in_worker(run, problem, candidate, device, seed, pool)
+        _judge_in_workers(run, problem, candidate, device, seed, pool)
     result = _result(run, problem, candidate, device, seed, verb)
     if options.store_path is not None:
         _record(result, options, verb, candidate, solution)
@@ -166,136 +163,118 @@ def _record(result: Result, options: Options, verb: str, candidate: Candidate | 
         print(f"kerneljudge: warning: the result was not recorded: {exc}", file=sys.stderr)
 
 
-def _judge_in_worker(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
-                     pool: WorkerPool | None) -> None:
+def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
+                      pool: WorkerPool | None) -> None:
+    """The stages that run code: the candidate in its worker, the reference in the referee (started together,
+    both import torch at once); the judge relays data between them and decides."""
     options = run.options
     worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
+    referee = WorkerProcess(options.worker, module="kerneljudge.referee")
+    judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
     try:
-        with worker:
-            with run.stage("worker", "starting the worker (it imports torch)"):
-                hello = worker.call("ping", device=device, memory_limit_mb=options.worker.memory_limit_mb)
-                if hello.get("error"):
-                    raise UsageError(hello["error"] + "; choose another {argument} (cpu, cuda, cuda:N)", "device")
-                if not run.add(hello):
-                    return
+        with worker, referee:
+            with run.stage("worker", "starting the worker and the referee (they import torch)"):
+                hello = _ping(judging, worker)
+                _ping(judging, referee)
                 run.device, run.versions = hello["device"], hello["versions"]
             with run.stage("build", "importing the problem and the candidate"):
-                if not _build(run, worker, problem, candidate, device, seed):
-                    return
+                problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
+                reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
+                                                   {"path": str(candidate.path), "sha256": candidate.sha256,
+                                                    "kinds": list(candidate.kinds)}, options.arch),
+                                    on_progress=run.worker_progress("build"))
+                if reply.get("build"):
+                    run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
+                judging.take(reply, "build")
             with run.stage("check", f"{options.check.trials} correctness trials"):
-                if not _check(run, worker):
+                if not _check(run, judging, problem_data, seed):
                     return
             if options.probes:
                 with run.stage("probes", "integrity probes"):
-                    reply = worker.call("probe", atol=options.check.atol, rtol=options.check.rtol)
-                    run.probe_info = reply.get("probe_info", {})
-                    if not run.strict.add(reply):
+                    probe.run_probes(judging, seed)
+                    run.probe_info = dict(judging.info)
+                    if _blocked(judging):
                         return
             if options.hidden_recheck:
                 with run.stage("hidden-recheck", "trials on secret seeds"):
-                    if not _hidden_recheck(run, worker):
+                    if not _hidden_recheck(run, judging, seed):
                         return
-            if options.timing.enabled and not run.failed:
-                _time(run, worker, problem)
+            if options.timing.enabled and not run.failed and not _failed(judging):
+                with _timing_lock(run, worker), run.stage("timing", "timing the candidate and the baselines"):
+                    device_key = cache.key(run.device, run.versions)
+                    problem_key = cache.key(problem.sha256, problem.constants, device_key,
+                                            dataclasses.asdict(options.timing))
+                    run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms)
+    except StageEnded:
+        pass
     except WorkerFailure as failure:
-        run.findings.append(failure.finding)
+        judging.findings.append(failure.finding)
         run.output_tail = failure.output_tail
     finally:
+        _collect(run, judging)
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
         if pool is not None:
             pool.fill()  # the next worker starts now, not during this evaluation's measurements
 
 
-def _build(run: Run, worker: WorkerProcess, problem: Problem, candidate: Candidate, device: str, seed: int) -> bool:
-    reply = worker.call("build", on_progress=run.worker_progress("build"), device=device, seed=seed,
-                        cache_dir=str(run.options.cache_dir), arch=run.options.arch,
-                        problem={"path": str(problem.path), "source": problem.source, "constants": problem.constants},
-                        candidate={"path": str(candidate.path), "sha256": candidate.sha256,
-                                   "kinds": list(candidate.kinds)})
-    if reply.get("build"):
-        run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
-    return run.add(reply)
+def _ping(judging: Judging, process: WorkerProcess) -> dict:
+    return judging.take(process.call(protocol.Ping(judging.device, judging.options.worker.memory_limit_mb)), "worker")
 
 
-def _check(run: Run, worker: WorkerProcess) -> bool:
+def _blocked(judging: Judging) -> bool:
+    return any(f.blocking for f in judging.findings)
+
+
+def _failed(judging: Judging) -> bool:
+    return any(f.blocking or f.severity == "fail" for f in judging.findings)
+
+
+def _collect(run: Run, judging: Judging) -> None:
+    """The stages' findings onto the run (under --protocol kernelbench, the strict ones onto its shadow)."""
+    target = run.strict if run.shadow is not None else run
+    target.findings.extend(judging.findings)
+    judging.findings.clear()
+
+
+def _check(run: Run, judging: Judging, problem_data: dict, seed: int) -> bool:
     """Strict trials; under --protocol kernelbench, KernelBench's trials give the verdict and the strict
     trials run too, so the report can say where the two disagree."""
-    check = run.options.check
+    trials = run.options.check.trials
     if run.options.protocol == "kernelbench":
-        reply = worker.call("check", protocol="kernelbench", trials=check.trials, atol=check.atol, rtol=check.rtol)
-        run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
-        if not run.add(reply):
+        ready = check.setup(judging, problem_data, seed, kernelbench=True)
+        if ready is None:
+            return False
+        run.trials.extend(check.run_check(judging, seed, trials, kernelbench_seeds=ready["trial_seeds"][:trials]))
+        run.findings.extend(judging.findings)
+        judging.findings.clear()
+        if run.blocked:
             return False
         run.shadow = Run(run.options, run.clock_ms)  # the strict run, kept apart from the verdict
-        strict = worker.call("check", trials=check.trials, atol=check.atol, rtol=check.rtol)
-        run.shadow.trials.extend(Trial.from_json(t) for t in strict.get("trials", []))
-        run.shadow.add(strict)
-        return not run.shadow.blocked
-    reply = worker.call("check", trials=check.trials, atol=check.atol, rtol=check.rtol)
-    run.trials.extend(Trial.from_json(t) for t in reply.get("trials", []))
-    return run.add(reply) and all(t.passed for t in run.trials)
+        if check.setup(judging, problem_data, seed) is None:
+            return False
+        run.shadow.trials.extend(check.run_check(judging, seed, trials))
+        return not _blocked(judging)
+    if check.setup(judging, problem_data, seed) is None:
+        return False
+    run.trials.extend(check.run_check(judging, seed, trials))
+    return not _blocked(judging) and all(t.passed for t in run.trials)
 
 
-def _hidden_recheck(run: Run, worker: WorkerProcess) -> bool:
+def _hidden_recheck(run: Run, judging: Judging, seed: int) -> bool:
     """submit: more trials on inputs from seeds nobody sees; only the outcome is reported."""
-    check = run.options.check
-    reply = worker.call("check", trials=max(check.trials, 5), atol=check.atol, rtol=check.rtol,
-                        label=f"hidden:{secrets.token_hex(16)}")
-    trials = [Trial.from_json(t) for t in reply.get("trials", [])]
-    hidden = [Finding.from_json(f) for f in reply.get("findings", [])]
+    before = len(judging.findings)
+    trials = check.run_check(judging, seed, max(run.options.check.trials, 5), label=f"hidden:{secrets.token_hex(16)}")
+    hidden = judging.findings[before:]
+    del judging.findings[before:]
     passed = sum(t.passed for t in trials)
     failing = sorted({f.code for f in hidden if f.severity in ("error", "fail")})
     ok = bool(trials) and passed == len(trials) and not failing
     code = "hidden-recheck" if ok else (failing[0] if failing else "wrong-output")
     message = (f"hidden re-check: ({passed} / {len(trials)}) trials passed" if ok else
                f"hidden re-check failed: ({passed} / {len(trials)}) trials passed; details are withheld")
-    run.findings.append(Finding.of(code, message, stage="hidden-recheck"))
+    judging.findings.append(Finding.of(code, message, stage="hidden-recheck"))
     return ok
-
-
-# A cached torch.compile time is used only while it stays within this factor of the eager time measured
-# in the same run (the cache folder is writable by candidate code, so a cached figure is not trusted alone).
-COMPILE_PLAUSIBLE_FACTOR = 3.0
-CACHEABLE_REL_SEM = 0.02  # a baseline noisier than this is not cached
-
-
-def _time(run: Run, worker: WorkerProcess, problem: Problem) -> None:
-    """Timing of the candidate and the baselines. The eager reference is timed in every run; the
-    torch.compile reference (slow to compile) and the copy bandwidth come from the cache when measured
-    before, checked against what this run measured."""
-    opts = dataclasses.asdict(run.options.timing)
-    device_key = cache.key(run.device, run.versions)
-    baseline_key = cache.key(problem.sha256, problem.constants, device_key,
-                             {k: opts[k] for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms", "target_rel_sem",
-                                                   "input_sets", "cuda_graph", "warmup_runs", "warmup_ms")})
-    cached_compile = (cache.load(run.options.cache_dir, "baselines", baseline_key) or {}).get("compile")
-    wanted = ["eager"] if opts["baselines"] else []
-    if opts["baselines"] and opts["compile_baseline"] and cached_compile is None:
-        wanted.append("compile")
-    bandwidth = cache.load(run.options.cache_dir, "bandwidth", device_key) or {}
-    with _timing_lock(run, worker):
-        with run.stage("timing", "timing the candidate" + (" and the baselines" if wanted else "")):
-            reply = worker.call("time", on_progress=run.worker_progress("timing"), timing=opts, baselines=wanted,
-                                bandwidth_gbps=bandwidth.get("gbps"))
-    if not run.strict.add(reply) or "timing" not in reply:
-        return
-    block = reply["timing"]
-    worker_ms = block.pop("stage_ms")
-    run.stage_ms["baselines"] = round(worker_ms["baselines"], 3)
-    run.stage_ms["timing"] = round(run.stage_ms["timing"] - worker_ms["baselines"], 3)
-    if not bandwidth:
-        cache.save(run.options.cache_dir, "bandwidth", device_key, {"gbps": block["floor"]["bandwidth_gbps"]})
-    baselines = block["baselines"]
-    if cached_compile is not None and opts["compile_baseline"]:
-        baselines["compile"] = _checked_compile(run, cached_compile, baselines.get("eager"), baseline_key)
-        block["baselines_cached"] = ["compile"] if baselines["compile"] else []
-    elif baselines.get("compile") and baselines["compile"]["rel_sem"] <= CACHEABLE_REL_SEM:
-        cache.save(run.options.cache_dir, "baselines", baseline_key, {"compile": baselines["compile"]})
-    median = block["candidate"]["median_ms"]
-    block["speedup"] = {name: round(stats["median_ms"] / median, 4)
-                        for name, stats in baselines.items() if stats and median}
-    run.timing = block
 
 
 @contextmanager
@@ -317,18 +296,6 @@ def _timing_lock(run: Run, worker: WorkerProcess):
                 f"{key} (pid {wait.holder_pid or 'unknown'})", stage="timing", waited_ms=round(wait.waited_ms, 1),
                 holder_pid=wait.holder_pid, device=key))
         yield
-
-
-def _checked_compile(run: Run, cached: dict[str, Any], eager: dict[str, Any] | None, key: str) -> dict | None:
-    """The cached torch.compile time if it is plausible beside this run's eager time; else none (and the
-    entry is dropped, so the next run measures it again)."""
-    if eager is None or cached["median_ms"] <= COMPILE_PLAUSIBLE_FACTOR * eager["median_ms"]:
-        return cached
-    cache.clear_entry(run.options.cache_dir, "baselines", key)
-    run.findings.append(Finding.of("baseline-unavailable", f"compile: the cached time {cached['median_ms']:.4g} ms is "
-                                   f"over {COMPILE_PLAUSIBLE_FACTOR:g}x this run's eager {eager['median_ms']:.4g} ms; "
-                                   "it was dropped and is measured again next run", stage="baselines"))
-    return None
 
 
 def _protocol_difference(run: Run) -> None:

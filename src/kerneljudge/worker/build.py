@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kerneljudge import sourcefile
 from kerneljudge.records import Build, Finding
-from kerneljudge.worker.failures import Classified, classify
+from kerneljudge.proc.failures import Classified, classify
 
 COMPLETE_MARKER = "complete"
 

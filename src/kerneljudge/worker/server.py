@@ -1,140 +1,371 @@
-"""Dispatching the judge's requests to the worker's stages; each reply is plain data.
+"""The candidate's worker: one dispatch table from request type to handler; every reply is data.
 
-Requests: build (import problem and candidate), check (construct and trials), probe, time. A reply
-always carries `findings` (dicts) and `poisoned`; stage data is under the stage's own key. Long stages
-send progress messages before their reply (`progress`), carrying the request's nonce as the reply does.
+Requests (see `protocol`): ping, build/compile (import the candidate, compiling on the way), construct
+(ModelNew with the referee's parameters), forward (the candidate on relayed inputs, the output handed
+back at once), set-state (the referee's parameter changes), observe (threads, repeats, the op trace,
+streams), and the timed side of the measurement loop. Candidate code is only ever called through
+`calls.guarded`. The guard's tampering check (defence in depth: no verdict depends on it) is added to
+any reply after which something it watches changed.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from kerneljudge import protocol
+from kerneljudge.proc import machine, tensorwire
+from kerneljudge.proc.inputs import clone_args, seed_generators
+from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
+from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
-from kerneljudge.worker import build, check, kernelbench, machine, probes, timing_stage
-from kerneljudge.worker.failures import classify
+from kerneljudge.worker import build, optrace
+from kerneljudge.worker.calls import guarded
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
 
+POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
+Reply = tuple[dict[str, Any], list]
 
-class Server:
-    """Answers the judge's requests in order, for one candidate: build, then check, probe and time on
-    the Session that build created. Each reply is data; a tampering finding is added to any reply after
-    which the guard sees something changed."""
 
+def _reply(findings: list[Finding], poisoned: bool = False, blobs: list | None = None, **data: Any) -> Reply:
+    return {"findings": [f.to_json() for f in findings], "poisoned": poisoned, **data}, blobs or []
+
+
+class Worker:
     PROGRESS_EVERY_MS = 250.0  # the least time between two throttled progress messages
 
-    def __init__(self, guard: Guard, send: Callable[[dict[str, Any]], None] = lambda message: None):
+    def __init__(self, guard: Guard, send_progress: Callable[[dict[str, Any]], None] = lambda data: None):
         self.guard = guard
-        self.send = send  # writes one message to the judge
-        self.session: Session | None = None
-        self.reported_tampering: set[str] = set()
-        self.nonce: str | None = None
+        self.send_progress = send_progress
         self.last_progress_ms = float("-inf")
+        self.device = torch.device("cpu")
+        self.session: Session | None = None
+        self.timed: TimedModel | None = None
+        self.reported_tampering: set[str] = set()
+        self.handlers: dict[type, Callable[[Any, list], Reply]] = {
+            protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
+            protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.SetState: self.set_state,
+            protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
+            protocol.ExportOutput: self.export_output,
+        }
+
+    def handle(self, message: dict[str, Any]) -> Reply:
+        op = message.get("op")
+        try:
+            request = protocol.from_wire(message)
+            handler = self.handlers.get(type(request))
+            if handler is None:
+                raise ValueError(f"the worker does not answer {request.op!r}")
+            reply, blobs = handler(request, message.get("_blobs") or [])
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must come back as data, not kill the channel
+            detail = "".join(traceback.format_exception(exc)[-6:])
+            reply, blobs = _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}",
+                                              stage=str(op))])
+        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
+        self.reported_tampering.update(tampered)
+        if tampered:
+            reply.setdefault("findings", []).append(Finding.of(
+                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=str(op),
+                names=tampered).to_json())
+        return reply, blobs
 
     def progress(self, message: str, done: int | None = None, total: int | None = None, *,
                  throttle: bool = False) -> None:
         """Tell the judge what the current request is doing (shown on a terminal); `throttle`d messages
-        (counts in a loop) are sent at most every PROGRESS_EVERY_MS, so a measurement is not slowed."""
+        (counts in a loop) are sent at most every PROGRESS_EVERY_MS."""
         now = self.guard.wall_ms()
         if throttle and now - self.last_progress_ms < self.PROGRESS_EVERY_MS:
             return
         self.last_progress_ms = now
-        self.send({"progress": {"message": message, "done": done, "total": total}, "nonce": self.nonce})
+        self.send_progress({"message": message, "done": done, "total": total})
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        self.nonce = request.get("nonce")
-        handler = getattr(self, f"op_{op}", None)
-        if handler is None:
-            return _reply([Finding.of("judge-error", f"the worker got an unknown request {op!r}", stage="worker")])
-        try:
-            reply = handler(request)
-        except Exception as exc:  # noqa: BLE001 - a bug of ours must come back as data, not kill the channel
-            detail = "".join(traceback.format_exception(exc)[-6:])
-            return _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}", stage=op)])
-        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
-        self.reported_tampering.update(tampered)
-        if tampered:
-            reply["findings"].append(Finding.of(
-                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=op, names=tampered).to_json())
-        return reply
+    def _source(self) -> str:
+        return self.session.loaded.candidate.__file__
 
-    def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Worker started: confirm the device, limit memory on CPU runs, say which versions it sees."""
-        device = torch.device(request["device"])
+    def _call(self, args: list, what: str, stage: str):
+        return guarded(lambda: self.session.call(args), stage=stage, code="forward-error", what=what,
+                       source_file=self._source())
+
+    def ping(self, request: protocol.Ping, blobs: list) -> Reply:
+        device = torch.device(request.device)
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                return _reply([], error=f"device {device} requested, but torch {torch.__version__} in the worker "
-                              "sees no CUDA GPU")
+                return _reply([], usage_error=f"device {device} requested, but torch {torch.__version__} in the "
+                              "worker sees no CUDA GPU")
             if (device.index or 0) >= torch.cuda.device_count():
-                return _reply([], error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+                return _reply([], usage_error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
             torch.cuda.set_device(device.index or 0)
         else:
-            machine.limit_memory(request.get("memory_limit_mb"))
+            machine.limit_memory(request.memory_limit_mb)
+        self.device = device
         return _reply([], device=machine.describe_device(device), versions=machine.versions())
 
-    def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
-        """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
-        candidate = request["candidate"]
-        machine.interpret_triton(torch.device(request["device"]), candidate["kinds"])
+    def compile(self, request: protocol.CompileOnly, blobs: list) -> Reply:
+        candidate = request.candidate
+        machine.interpret_triton(torch.device(request.device), candidate["kinds"])
         _, info, failure = build.import_candidate(
-            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
-            device=request["device"], arch=request.get("arch"), clock_ms=self.guard.wall_ms, progress=self.progress)
+            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
+            device=request.device, arch=request.arch, clock_ms=self.guard.wall_ms, progress=self.progress)
         return _reply([failure.finding] if failure else [], poisoned=bool(failure and failure.poisoned),
                       build=info.to_json())
 
-    def op_build(self, request: dict[str, Any]) -> dict[str, Any]:
-        device = torch.device(request["device"])
-        machine.interpret_triton(device, request["candidate"]["kinds"])
-        problem = request["problem"]
-        candidate = request["candidate"]
+    def build(self, request: protocol.Build, blobs: list) -> Reply:
+        machine.interpret_triton(self.device, request.candidate["kinds"])
+        problem, candidate = request.problem, request.candidate
         try:
             problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
-        except Exception as exc:  # noqa: BLE001 - the problem's own code
-            return _reply([classify(exc, stage="build", code="problem-error", what="importing the problem").finding])
+        except Exception:  # noqa: BLE001 - the referee imports the problem too and reports its errors
+            problem_module = None
         constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
         notices = [notice] if notice else []
         module, info, failure = build.import_candidate(
-            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request["cache_dir"]),
-            device=str(device), arch=request.get("arch"), clock_ms=self.guard.wall_ms, constants=constants,
+            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
+            device=str(self.device), arch=request.arch, clock_ms=self.guard.wall_ms, constants=constants,
             progress=self.progress)
         if failure is not None:
             return _reply(notices + [failure.finding], poisoned=failure.poisoned, build=info.to_json())
         model_new, missing = build.find_model_new(module, "build")
         if missing is not None:
             return _reply(notices + [missing], build=info.to_json())
-        self.session = Session(self.guard, device, int(request["seed"]),
-                               build.Loaded(problem_module, module, model_new))
+        self.session = Session(self.guard, self.device, build.Loaded(problem_module, module, model_new))
         return _reply(notices, build=info.to_json())
 
-    def op_check(self, request: dict[str, Any]) -> dict[str, Any]:
-        if request.get("protocol") == "kernelbench":
-            outcome = kernelbench.run_kernelbench_check(self.session, trials=int(request["trials"]),
-                                                        atol=request.get("atol"), rtol=request.get("rtol"))
-            return _reply(outcome.findings, poisoned=outcome.poisoned,
-                          trials=[t.to_json() for t in outcome.trials])
-        outcome = check.run_check(self.session, trials=int(request["trials"]), atol=request.get("atol"),
-                                  rtol=request.get("rtol"), label=request.get("label", "trial"))
-        return _reply(outcome.findings, poisoned=outcome.poisoned, trials=[t.to_json() for t in outcome.trials])
+    def construct(self, request: protocol.Construct, blobs: list) -> Reply:
+        """ModelNew from the same seed as the reference, then the reference's state loaded into it."""
+        session = self.session
+        seed_generators(request.init_inputs_seed, self.device)
+        init_inputs = list(session.loaded.problem.get_init_inputs())
+        seed_generators(request.init_seed, self.device)
 
-    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
-        try:
-            block, found = timing_stage.run_timing(self.session, request["timing"], baselines=request["baselines"],
-                                                   bandwidth_gbps=request.get("bandwidth_gbps"), progress=self.progress)
-        except BaseException as exc:  # noqa: BLE001 - the candidate is called throughout timing
-            failure = classify(exc, stage="timing", code="forward-error", what="ModelNew.forward (while timed)",
-                               source_file=self.session.loaded.candidate.__file__)
-            return _reply([failure.finding], poisoned=failure.poisoned)
-        return _reply(found, timing=block)
+        def make():
+            if request.state is None:  # KernelBench: construct, then move
+                return session.loaded.model_new(*copy.deepcopy(init_inputs)).to(self.device)
+            with torch.device(self.device):  # parameters are initialised where they will live
+                return session.loaded.model_new(*copy.deepcopy(init_inputs))
 
-    def op_probe(self, request: dict[str, Any]) -> dict[str, Any]:
-        found, info, poisoned = probes.run_probes(self.session, atol=request.get("atol"), rtol=request.get("rtol"))
-        return _reply(found, poisoned=poisoned, probe_info=info)
+        made = guarded(make, stage="check", code="constructor-error", what="ModelNew(*get_init_inputs())",
+                       source_file=self._source())
+        if made.failure:
+            return _reply([made.failure.finding], poisoned=made.failure.poisoned)
+        candidate = made.value
+        if request.state is not None:
+            state = dict(zip(request.names or [], tensorwire.unpack_values(request.state, blobs, self.device)))
+            mismatch = _load_state(candidate, state)
+            if mismatch is not None:
+                return _reply([mismatch])
+        moved = guarded(lambda: candidate.to(self.device).eval(), stage="check", code="constructor-error",
+                        what=f"moving ModelNew to {self.device}", source_file=self._source())
+        if moved.failure:
+            return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
+        session.candidate = moved.value
+        return _reply([])
+
+    def forward(self, request: protocol.Forward, blobs: list) -> Reply:
+        session = self.session
+        args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        if request.reuse is not None:  # the same buffers, new values
+            kept = session.kept[request.reuse]
+            for buffer, fresh in zip(kept, args):
+                if isinstance(buffer, torch.Tensor):
+                    buffer.copy_(fresh)
+            args = kept
+        if request.keep is not None:
+            session.kept[request.keep] = args
+        if request.poison:
+            poison_free_memory(self.device, session.output_sizes or [_bytes(a) for a in args])
+        if request.reseed is not None:
+            seed_generators(request.reseed, self.device)
+        called = self._call(args, "ModelNew.forward", "check")
+        if called.failure:
+            return _reply([called.failure.finding], poisoned=called.failure.poisoned)
+        output, out_blobs = tensorwire.describe_output(called.value)  # the snapshot, before anything else runs
+        data: dict[str, Any] = {"output": output}
+        if request.return_inputs:
+            data["inputs_after"], after_blobs = tensorwire.pack_values(args)
+            for meta in data["inputs_after"]:
+                if "blob" in meta:
+                    meta["blob"] += len(out_blobs)
+            out_blobs = out_blobs + after_blobs
+        if request.alias:
+            data["aliases"] = output_aliases(called.value, args, session.candidate)
+        session.output_sizes = [_bytes(t) for t in _tensors(called.value)]
+        return _reply([], blobs=out_blobs, **data)
+
+    def set_state(self, request: protocol.SetState, blobs: list) -> Reply:
+        session = self.session
+        values = tensorwire.unpack_values(request.state, blobs, self.device)
+        candidate_state = session.candidate.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name, value in zip(request.names, values):
+                if name not in candidate_state:
+                    continue
+                if request.replace:
+                    owner, attr = _owner(session.candidate, name)
+                    old = getattr(owner, attr)
+                    setattr(owner, attr, torch.nn.Parameter(value.clone(), requires_grad=old.requires_grad))
+                else:
+                    candidate_state[name].copy_(value)
+        return _reply([])
+
+    def observe(self, request: protocol.Observe, blobs: list) -> Reply:
+        session = self.session
+        args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        if request.what == "threads":
+            return self._threads(args)
+        if request.what == "trace":
+            traced = guarded(lambda: optrace.trace(session, args), stage="probe", code="forward-error",
+                             what="ModelNew.forward (probe op-trace)", source_file=self._source())
+            if traced.failure:
+                return _reply([traced.failure.finding], poisoned=traced.failure.poisoned)
+            return _reply([], trace=traced.value)
+        if request.what == "repeat":
+            return self._repeat(args)
+        if request.what == "streams":
+            return self._streams(args)
+        raise ValueError(f"nothing to observe as {request.what!r}")
+
+    def _threads(self, args: list) -> Reply:
+        """Threads or processes the call started that are still running after it returned."""
+        import psutil
+
+        me = psutil.Process()
+        warm = self._call(clone_args(args), "ModelNew.forward (probe threads)", "probe")  # runtime pools start here
+        if warm.failure:
+            return _reply([warm.failure.finding], poisoned=warm.failure.poisoned)
+        threads_before, native_before = set(threading.enumerate()), me.num_threads()
+        children_before = {c.pid for c in me.children(recursive=True)}
+        called = self._call(args, "ModelNew.forward (probe threads)", "probe")
+        if called.failure:
+            return _reply([called.failure.finding], poisoned=called.failure.poisoned)
+        return _reply([], threads=[t.name for t in threading.enumerate() if t not in threads_before],
+                      children=[c.pid for c in me.children(recursive=True) if c.pid not in children_before],
+                      native_growth=me.num_threads() - native_before)
+
+    def _repeat(self, args: list) -> Reply:
+        """Two calls on separate copies of the same values, both outputs handed back, and whether the second
+        returned memory the first still holds."""
+        first_args, second_args = clone_args(args), clone_args(args)
+        first = self._call(first_args, "ModelNew.forward (probe repeat)", "probe")
+        if first.failure:
+            return _reply([first.failure.finding], poisoned=first.failure.poisoned)
+        first_meta, first_blobs = tensorwire.describe_output(first.value)
+        poison_free_memory(self.device, [_bytes(t) for t in _tensors(first.value)])
+        second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
+        if second.failure:
+            return _reply([second.failure.finding], poisoned=second.failure.poisoned)
+        second_meta, second_blobs = tensorwire.describe_output(second.value)
+        for fact in second_meta.get("tensors", []):
+            if "blob" in fact:
+                fact["blob"] += len(first_blobs)
+        shared = any(spans_overlap(storage_span(a), storage_span(b))
+                     for a in _tensors(first.value) for b in _tensors(second.value))
+        return _reply([], blobs=first_blobs + second_blobs, first=first_meta, second=second_meta, shared=shared)
+
+    def _streams(self, args: list) -> Reply:
+        """The output read in the caller's stream order right after the call, against after a device-wide
+        synchronisation (unjoined work on another stream makes them differ)."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda._sleep(HOLD_CYCLES)  # hold the caller's stream: unordered work shows up as a race
+
+        def call():
+            with torch.inference_mode():
+                out = self.session.candidate(*clone_args(args))
+            return out, [t.clone() for t in _tensors(out)]  # copies in the caller's stream order
+
+        called = guarded(call, stage="probe", code="forward-error", what="ModelNew.forward (probe streams)",
+                         source_file=self._source())
+        if called.failure:
+            return _reply([called.failure.finding], poisoned=called.failure.poisoned)
+        out, seen = called.value
+        torch.cuda.synchronize(self.device)
+        differs = any(not torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(seen, _tensors(out)))
+        return _reply([], unsynchronized=differs)
+
+    def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
+        session = self.session
+        made = guarded(lambda: TimedModel(lambda args: session.candidate(*args), session.loaded.problem,
+                                          self.device, request.set_seeds, request.method, self.guard.clock_ns),
+                       stage="timing", code="forward-error", what="preparing the timed calls",
+                       source_file=self._source())
+        if made.failure:
+            return _reply([made.failure.finding], poisoned=made.failure.poisoned)
+        self.timed = made.value
+        described = guarded(self.timed.describe, stage="timing", code="forward-error",
+                            what="ModelNew.forward (while timed)", source_file=self._source())
+        if described.failure:
+            return _reply([described.failure.finding], poisoned=described.failure.poisoned)
+        return _reply([], **described.value)
+
+    def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
+        refills = {int(k): int(v) for k, v in request.refills.items()}
+        timed = guarded(lambda: self.timed.batch(request.first, request.count, refills), stage="timing",
+                        code="forward-error", what="ModelNew.forward (while timed)", source_file=self._source())
+        if timed.failure:
+            return _reply([timed.failure.finding], poisoned=timed.failure.poisoned)
+        return _reply([], samples_ms=timed.value)
+
+    def export_output(self, request: protocol.ExportOutput, blobs: list) -> Reply:
+        out = self.timed.outputs.get(request.index)
+        later = [o for i, o in self.timed.outputs.items() if i > request.index]
+        reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in _tensors(out)
+                     for other in later for b in _tensors(other))
+        output, out_blobs = tensorwire.describe_output(out)
+        return _reply([], blobs=out_blobs, output=output, reused=reused)
 
 
-def _reply(findings: list[Finding], poisoned: bool = False, **data: Any) -> dict[str, Any]:
-    return {"findings": [f.to_json() for f in findings], "poisoned": poisoned, **data}
+def _tensors(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [o for o in out if isinstance(o, torch.Tensor) and o.numel()]
+    return []
+
+
+def _bytes(t) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
+    """Fill blocks of the allocator with NaN bytes and free them, so an output the candidate allocates but
+    never writes reads NaN (not zeros, and never an earlier result). One block per expected output size
+    (the caching allocator hands a freed block of that size to the next request of that size), plus a
+    large one. On the CPU freed chunks are reused by malloc only sometimes: there it is best effort."""
+    blocks = [torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE) for n in sizes if n > 0]
+    if device.type == "cuda":
+        blocks.append(torch.empty(max(sizes + [0]) * 4 + (1 << 20), dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+    del blocks
+
+
+def _load_state(candidate, reference_state: dict) -> Finding | None:
+    """Copy the reference's parameters and buffers into the candidate; every reference key must fit."""
+    if not isinstance(candidate, torch.nn.Module):
+        if not reference_state:
+            return None
+        return Finding.of("state-dict-mismatch", f"ModelNew is a {type(candidate).__name__}, not an nn.Module, so "
+                          "the reference's parameters cannot be loaded into it", stage="check")
+    candidate_state = candidate.state_dict()
+    missing = [k for k in reference_state if k not in candidate_state]
+    wrong = [f"{k} {tuple(candidate_state[k].shape)} (reference {tuple(v.shape)})"
+             for k, v in reference_state.items() if k in candidate_state and candidate_state[k].shape != v.shape]
+    if missing or wrong:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"shape of {'; '.join(wrong)}"] if wrong else [])
+        return Finding.of("state-dict-mismatch", f"ModelNew does not hold the reference's parameters: {'; '.join(parts)}"
+                          f" (ModelNew has: {', '.join(candidate_state) or 'nothing'})", stage="check",
+                          missing=missing)
+    candidate.load_state_dict(reference_state, strict=False)
+    return None
+
+
+def _owner(module: torch.nn.Module, dotted: str) -> tuple[torch.nn.Module, str]:
+    """The submodule holding the parameter `dotted` ("gemm.weight"), and the attribute name."""
+    *path, attr = dotted.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, attr

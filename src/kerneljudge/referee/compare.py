@@ -1,7 +1,9 @@
-"""Comparing a candidate's output with the reference's: structure first, then values against float64.
+"""Comparing a candidate's output with the reference's, in the referee: structure first, then values
+against float64.
 
-Structure (None, type, count, shape, dtype, device) is checked before values, each with its own
-finding. Values: an element passes when |out - ref| <= atol + rtol * |ref| against the float64
+The candidate's output arrives as data (`proc/tensorwire.describe_output`): its structure, the facts its
+own process reported about each tensor, and the tensors' bytes. Structure (None, type, count, shape,
+dtype, device) is checked before values, each with its own finding. Values: an element passes when |out - ref| <= atol + rtol * |ref| against the float64
 reference; if the reference at its own precision misses that bound itself (TF32 convolutions, long
 fp16 reductions), the candidate is held to the native reference instead and an info finding says so.
 """
@@ -43,39 +45,51 @@ def as_tensors(out) -> list | None:
     return None
 
 
-def structure_problem(cand_out, ref_out) -> Finding | None:
+@dataclass(frozen=True)
+class Received:
+    """A candidate's output as it crossed the channel: its kind ("none", "other", "tensor", "tuple",
+    "list"), the facts its process reported per tensor, and the tensors (None where not transferable)."""
+
+    kind: str
+    facts: list[dict]
+    tensors: list
+    type_name: str = ""
+
+
+def structure_problem(received: Received, ref_out) -> Finding | None:
     """The first structural difference between the outputs, as a finding; None if they line up."""
-    if cand_out is None:
+    if received.kind == "none":
         return Finding.of("output-none", "forward returned None", stage=STAGE)
-    cand, ref = as_tensors(cand_out), as_tensors(ref_out)
-    if cand is None:
-        return Finding.of("output-type", f"forward returned {type(cand_out).__name__}, not a tensor", stage=STAGE)
-    if len(cand) != len(ref):
-        return Finding.of("output-shape", f"forward returned {len(cand)} tensors, the reference {len(ref)}",
-                          stage=STAGE)
-    for c, r in zip(cand, ref):
-        if type(c) is not torch.Tensor:
-            return Finding.of("output-type", f"output is a {type(c).__module__}.{type(c).__qualname__}, a subclass "
-                              "of torch.Tensor; a plain torch.Tensor is required", stage=STAGE)
+    if received.kind == "other":
+        return Finding.of("output-type", f"forward returned {received.type_name.rsplit('.', 1)[-1] or 'an object'}, "
+                          "not a tensor", stage=STAGE)
+    refs = as_tensors(ref_out)
+    if len(received.facts) != len(refs):
+        return Finding.of("output-shape", f"forward returned {len(received.facts)} tensors, the reference "
+                          f"{len(refs)}", stage=STAGE)
+    for fact, c, r in zip(received.facts, received.tensors, refs):
+        if not fact.get("exact"):
+            return Finding.of("output-type", f"output is a {str(fact.get('type'))[:120]}, a subclass of "
+                              "torch.Tensor; a plain torch.Tensor is required", stage=STAGE)
+        if fact.get("storageless") or c is None:
+            return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
+                              stage=STAGE)
         if c.shape != r.shape:
             return Finding.of("output-shape", f"output shape {tuple(c.shape)}, expected {tuple(r.shape)}",
                               stage=STAGE, got=list(c.shape), expected=list(r.shape))
         if c.dtype != r.dtype:
             return Finding.of("output-dtype", f"output dtype {c.dtype}, expected {r.dtype}", stage=STAGE)
-        if c.device != r.device:
-            return Finding.of("output-device", f"output on {c.device}, expected {r.device}", stage=STAGE)
-        if c.numel() and (c.is_meta or c.untyped_storage().nbytes() == 0):
-            return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
-                              stage=STAGE)
+        if torch.device(str(fact.get("device"))) != r.device:
+            return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
     return None
 
 
-def compare(index: int, cand_out, ref_out, ref64_out, atol: float, rtol: float) -> Comparison:
+def compare(index: int, received: Received, ref_out, ref64_out, atol: float, rtol: float) -> Comparison:
     """Compare one trial's outputs; ref64_out may be None when the reference cannot run in float64."""
-    problem = structure_problem(cand_out, ref_out)
+    problem = structure_problem(received, ref_out)
     if problem is not None:
         return Comparison(Trial(index, False, message=problem.message), [problem])
-    cands, refs = as_tensors(cand_out), as_tensors(ref_out)
+    cands, refs = received.tensors, as_tensors(ref_out)
     truths = as_tensors(ref64_out) if ref64_out is not None else None
     findings: list[Finding] = []
     compared_to = "float64"
@@ -167,3 +181,79 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         flat, i = divmod(flat, size)
         index.append(i)
     return tuple(reversed(index))
+
+
+def compare_allclose(index: int, received: Received, ref_out, atol: float | None, rtol: float | None) -> Comparison:
+    """KernelBench's rule: shapes, then torch.allclose against the native reference (no float64)."""
+    problem = structure_problem(received, ref_out)
+    if problem is not None:
+        return Comparison(Trial(index, False, message=problem.message), [problem])
+    a, r = tolerance(ref_out, atol, rtol)
+    outs, refs = received.tensors, as_tensors(ref_out)
+    diffs = [(o.double() - e.double()).abs() for o, e in zip(outs, refs)]
+    max_abs = max(float(d.max()) if d.numel() else 0.0 for d in diffs)
+    mean_abs = sum(float(d.sum()) for d in diffs) / max(1, sum(d.numel() for d in diffs))
+    passed = all(torch.allclose(o, e, atol=a, rtol=r) for o, e in zip(outs, refs))
+    trial = Trial(index, passed, max_abs, mean_abs, None, a, r, "native", None, None,
+                  None if passed else f"max_abs_err={max_abs:.3g}, mean_abs_err={mean_abs:.3g}")
+    findings = [] if passed else [Finding.of("wrong-output", f"trial {index} (KernelBench protocol): "
+                                             f"max_abs_err={max_abs:.3g}", stage=STAGE, trial=index)]
+    return Comparison(trial, findings)
+
+
+def unwritten(received: Received, ref_out) -> int:
+    """Output elements that are NaN where the reference's are not (left unwritten on poisoned memory)."""
+    refs = as_tensors(ref_out) or []
+    count = 0
+    for o, r in zip(received.tensors, refs):
+        if o is not None and o.shape == r.shape and o.is_floating_point():
+            count += int((torch.isnan(o) & ~torch.isnan(r)).sum())
+    return count
+
+
+def pair_difference(first: Received, second: Received, atol: float | None, rtol: float | None) -> str | None:
+    """Why two outputs of the same inputs disagree (beyond the tolerance of their dtype), or None."""
+    if first.kind != second.kind or len(first.tensors) != len(second.tensors):
+        return "the two calls returned different kinds of output"
+    for a, b in zip(first.tensors, second.tensors):
+        if a is None or b is None:
+            continue
+        if a.shape != b.shape:
+            return "shapes differ"
+        at, rt = tolerance(a, atol, rtol)
+        if not torch.allclose(a.double(), b.double(), atol=at, rtol=rt, equal_nan=True):
+            diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item()
+            return f"max difference {diff:.3g}"
+    return None
+
+
+def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, replace: bool,
+            device: torch.device) -> list[str]:
+    """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
+    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
+    zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
+    new parameter objects would bring. Returns the names changed."""
+    generator = torch.Generator(device).manual_seed(seed)
+    parameters = {n for n, _ in model.named_parameters()}
+    changed = []
+    with torch.no_grad():
+        for name, t in model.state_dict(keep_vars=True).items():
+            if (names is not None and name not in names) or not t.is_floating_point():
+                continue
+            if replace:
+                if name not in parameters:
+                    continue
+                t.copy_(_uniform(t, generator, -0.5, 0.5))
+            else:
+                t.mul_(_uniform(t, generator, 0.5, 1.5))
+                if name in parameters:
+                    t.add_(_uniform(t, generator, -0.1, 0.1))
+            changed.append(name)
+    return changed
+
+
+def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
+    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
+    worth of float64 draws on the CPU takes seconds)."""
+    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+    return (values * (high - low) + low).to(like.dtype)

@@ -1,6 +1,6 @@
-"""What the worker runs on: the device it describes, the versions it reports, and the process settings
-it makes for itself before candidate code is imported (a memory limit on CPU runs, Triton's interpreter
-for Triton candidates on a CPU)."""
+"""What a torch process of the judge runs on: the device it describes, the versions it reports, and the
+process settings it makes for itself before any candidate code is imported (a memory limit on CPU runs,
+Triton's interpreter for Triton candidates on a CPU)."""
 
 from __future__ import annotations
 

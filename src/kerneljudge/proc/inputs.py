@@ -1,0 +1,55 @@
+"""Drawing a problem's inputs from a seed, the same way in the referee and in the worker.
+
+Both processes run the problem's own `get_inputs()` under the same seed on the same device, so a seed is
+enough to name an input set; the referee checks once that the problem draws deterministically (`draws_alike`)
+before the judge relies on that.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import torch
+
+
+def seed_generators(seed: int, device: torch.device) -> None:
+    """Seed Python's, the CPU's and the device's generators (as torch.manual_seed does for the two torch
+    ones, without its per-call cost of visiting every other accelerator type, about 1 ms a call)."""
+    random.seed(seed)
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.default_generators[device.index or 0].manual_seed(seed)
+
+
+def make_inputs(problem, seed: int, device: torch.device) -> list:
+    """get_inputs() under `seed`, drawn on the device (torch.device as the default device: drawing
+    256 MB of inputs on the CPU and copying them costs more than the whole check on a GPU)."""
+    seed_generators(seed, device)
+    with torch.device(device):
+        args = list(problem.get_inputs())
+    return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def clone_args(args: list) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args]
+
+
+def upcast(args: list) -> list:
+    return [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
+def same_bits(before: list, after: list) -> bool:
+    """Every tensor of `after` holds exactly the bytes of the one in `before` (NaNs included)."""
+    for a, b in zip(before, after):
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if a.numel() and not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8).to(a.device)):
+                return False
+    return True
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

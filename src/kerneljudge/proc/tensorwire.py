@@ -1,0 +1,152 @@
+"""Tensors as data on the channel: a JSON description plus the raw bytes of each tensor.
+
+`pack` runs where the values are (a snapshot taken at once: the bytes are copied off the device and out
+of the process's reach when they are written to the pipe). `unpack` runs on the receiving side and
+trusts nothing: every dtype, shape and byte count is checked against the description, and only plain
+numbers, strings, booleans and None come through as non-tensor values (no objects, no pickles).
+
+An output is described with its structure (a tensor, a tuple or list of tensors, None, or something
+else) and the facts only its own process can see: whether each tensor is exactly `torch.Tensor`, has real
+storage, and on which device it lives. The referee decides what those facts mean.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+MAX_DIMS = 16
+
+
+class WireError(ValueError):
+    """What arrived does not match its own description (malformed or forged data)."""
+
+
+def _bytes_of(t: torch.Tensor) -> bytes:
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    if not flat.numel():
+        return b""
+    return bytes(flat.view(torch.uint8).untyped_storage())
+
+
+def pack_tensor(t: torch.Tensor) -> tuple[dict[str, Any], bytes]:
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in DTYPES:
+        raise WireError(f"dtype {dtype} cannot cross the channel")
+    return {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}, _bytes_of(t)
+
+
+def pack_values(values: list) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """An argument list (tensors and plain values) as descriptions and blobs, in order."""
+    meta, blobs = [], []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            m, b = pack_tensor(v)
+            m["blob"] = len(blobs)
+            meta.append(m)
+            blobs.append(b)
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            meta.append({"t": "value", "v": v})
+        elif isinstance(v, (tuple, list)) and all(x is None or isinstance(x, (bool, int, float, str)) for x in v):
+            meta.append({"t": "value", "v": list(v), "seq": type(v).__name__})
+        else:
+            raise WireError(f"a {type(v).__name__} cannot cross the channel (tensors and plain values only)")
+    return meta, blobs
+
+
+def describe_output(out) -> tuple[dict[str, Any], list[bytes]]:
+    """An output's structure, its tensors' bytes, and what only this process can see about them."""
+    if out is None:
+        return {"kind": "none"}, []
+    if isinstance(out, torch.Tensor):
+        items, kind = [out], "tensor"
+    elif isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        items, kind = list(out), type(out).__name__
+    else:
+        return {"kind": "other", "type": f"{type(out).__module__}.{type(out).__qualname__}"}, []
+    tensors, blobs = [], []
+    for t in items:
+        exact = type(t) is torch.Tensor
+        storageless = bool(t.numel()) and (t.is_meta or _storage_bytes(t) == 0)
+        fact = {"exact": exact, "type": f"{type(t).__module__}.{type(t).__qualname__}", "device": str(t.device),
+                "storageless": storageless}
+        if exact and not storageless:
+            m, b = pack_tensor(t)
+            fact.update(m, blob=len(blobs))
+            blobs.append(b)
+        else:
+            fact.update(dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
+        tensors.append(fact)
+    return {"kind": kind, "tensors": tensors}, blobs
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> torch.Tensor:
+    if not isinstance(meta, dict) or meta.get("t") != "tensor":
+        raise WireError("expected a tensor description")
+    dtype = DTYPES.get(meta.get("dtype"))
+    shape = meta.get("shape")
+    index = meta.get("blob")
+    if dtype is None:
+        raise WireError(f"unknown dtype {meta.get('dtype')!r}")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
+        raise WireError(f"malformed shape {shape!r}")
+    if type(index) is not int or not 0 <= index < len(blobs):
+        raise WireError(f"no blob {index!r}")
+    data = blobs[index]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if len(data) != math.prod(shape) * itemsize:
+        raise WireError(f"{len(data)} bytes for a {meta['dtype']} tensor of shape {shape}")
+    if not data:
+        return torch.empty(shape, dtype=dtype, device=device)
+    flat = torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype)
+    return flat.reshape(shape).to(device)
+
+
+def unpack_values(meta: list, blobs: list, device: torch.device) -> list:
+    """The inverse of pack_values; raises WireError on anything that is not what it says."""
+    if not isinstance(meta, list):
+        raise WireError("expected a list of values")
+    values = []
+    for m in meta:
+        if isinstance(m, dict) and m.get("t") == "value":
+            v = m.get("v")
+            plain = (type(v) in (bool, int, float, str) or v is None or
+                     (type(v) is list and all(x is None or type(x) in (bool, int, float, str) for x in v)))
+            if not plain:
+                raise WireError("a non-tensor value that is not a plain number, string or list of them")
+            values.append(tuple(v) if m.get("seq") == "tuple" else v)
+        else:
+            values.append(unpack_tensor(m, blobs, device))
+    return values
+
+
+def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device) -> tuple[str, list[dict], list]:
+    """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
+    if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
+        raise WireError("malformed output description")
+    if meta["kind"] in ("none", "other"):
+        return meta["kind"], [], []
+    facts = meta.get("tensors")
+    if not isinstance(facts, list) or not facts:
+        raise WireError("an output description without tensors")
+    tensors = []
+    for fact in facts:
+        if not isinstance(fact, dict):
+            raise WireError("malformed tensor facts")
+        tensors.append(unpack_tensor(fact, blobs, device) if "blob" in fact else None)
+    return meta["kind"], facts, tensors

@@ -1,0 +1,276 @@
+"""The typed boundary between the judge and its two torch processes: one frozen dataclass per request.
+
+The judge sends requests; the referee (the reference, the inputs, the comparison, the baselines: never
+candidate code) and the candidate's worker (build, construct, forward, observe, time) answer. Each
+process has one dispatch table from request type to handler (`referee/server.py`, `worker/server.py`).
+Tensors travel beside a request or a reply as blobs (`channel`), described by `proc/tensorwire`.
+
+Replies are JSON objects. A referee reply is trusted data; a worker reply is a claim, read through the
+checks in `untrusted` below (plain numbers of the right type and range, nothing else).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Request:
+    op: ClassVar[str] = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, **dataclasses.asdict(self)}
+
+
+REQUESTS: dict[str, type[Request]] = {}
+
+
+def request(cls):
+    """Register a request type under its `op` name."""
+    REQUESTS[cls.op] = cls
+    return cls
+
+
+def from_wire(message: dict[str, Any]) -> Request:
+    """The request a message carries; ValueError for an unknown op or unexpected fields."""
+    cls = REQUESTS.get(message.get("op"))
+    if cls is None:
+        raise ValueError(f"unknown request {message.get('op')!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in message.items() if k in names})
+
+
+# ---- both processes ----------------------------------------------------------------------------------
+
+@request
+@dataclass(frozen=True)
+class Ping(Request):
+    """Confirm the device; CPU runs limit their own memory. Reply: device, versions."""
+    op: ClassVar[str] = "ping"
+    device: str
+    memory_limit_mb: int | None = None
+
+
+@request
+@dataclass(frozen=True)
+class TimeSetup(Request):
+    """Prepare timing of `model` ("candidate", "eager" or "compile") over input sets drawn from
+    `set_seeds`. Reply: host_overhead_ms (GPU), output_bytes, input_bytes."""
+    op: ClassVar[str] = "time-setup"
+    model: str
+    set_seeds: list[int]
+    method: str  # "cuda-events", "cuda-graph" or "host-clock"
+
+
+@request
+@dataclass(frozen=True)
+class TimeBatch(Request):
+    """Time calls first..first+count-1 (call i uses input set i % sets), back to back with a cache flush
+    before each; `refills` maps a call index to a seed whose inputs go into that set before the call.
+    The reply is sent after a device-wide synchronisation. Reply: samples_ms."""
+    op: ClassVar[str] = "time-batch"
+    first: int
+    count: int
+    refills: dict[str, int] = field(default_factory=dict)
+
+
+@request
+@dataclass(frozen=True)
+class ExportOutput(Request):
+    """The output of call `index` of the last batch, as blobs (taken when its batch finished)."""
+    op: ClassVar[str] = "export-output"
+    index: int
+
+
+# ---- the referee -------------------------------------------------------------------------------------
+
+@request
+@dataclass(frozen=True)
+class Setup(Request):
+    """Import the problem (never the candidate), build the reference from `init_seed` (KernelBench's seed
+    42 under its protocol) and its float64 copy. Reply: state (blobs), float64, stochastic, draws_alike."""
+    op: ClassVar[str] = "setup"
+    problem: dict[str, Any]
+    init_seed: int
+    init_inputs_seed: int
+    kernelbench: bool = False
+
+
+@request
+@dataclass(frozen=True)
+class MakeInputs(Request):
+    """Inputs from `seed` (blobs); the reference's outputs for them are kept until `Compare` with the
+    same seed. `kernelbench`: seeded as KernelBench's eval seeds each trial."""
+    op: ClassVar[str] = "make-inputs"
+    seed: int
+    kernelbench: bool = False
+    expect: bool = True  # False: inputs only (a call whose output is not compared)
+
+
+@request
+@dataclass(frozen=True)
+class Compare(Request):
+    """Compare a candidate output (blobs) with the kept reference outputs of `seed`; `inputs_after`
+    (blobs) are the candidate's inputs after its call, checked bit for bit. `rule`: "strict" (float64
+    truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64).
+    Reply: trial, findings, unwritten (outputs NaN where the reference is not)."""
+    op: ClassVar[str] = "compare"
+    seed: int
+    index: int
+    output: dict[str, Any]
+    inputs_after: list[dict[str, Any]] | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    rule: str = "strict"
+    keep: bool = False  # keep the expectation for another Compare of the same seed
+
+
+@request
+@dataclass(frozen=True)
+class ComparePair(Request):
+    """Two outputs of the candidate for the same inputs (blobs a then b) must agree within tolerance."""
+    op: ClassVar[str] = "compare-pair"
+    first: dict[str, Any]
+    second: dict[str, Any]
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@request
+@dataclass(frozen=True)
+class Perturb(Request):
+    """Change the reference's parameters and buffers from `seed` (`names`: only those; None: all floating
+    entries), in place or by new parameter objects; reply: the changed entries (blobs) for the worker."""
+    op: ClassVar[str] = "perturb"
+    seed: int
+    names: list[str] | None = None
+    replace: bool = False  # new values for the parameters, as new objects would bring
+
+
+@request
+@dataclass(frozen=True)
+class ProfileReference(Request):
+    """The reference's heavy ops (share of its profiled time) and whether its output aliases its inputs,
+    parameters or buffers, on inputs from `seed`."""
+    op: ClassVar[str] = "profile-reference"
+    seed: int
+
+
+@request
+@dataclass(frozen=True)
+class CopyBandwidth(Request):
+    """The device's copy bandwidth in GB/s, measured here (the roofline floor's denominator)."""
+    op: ClassVar[str] = "copy-bandwidth"
+
+
+# ---- the candidate's worker --------------------------------------------------------------------------
+
+@request
+@dataclass(frozen=True)
+class Build(Request):
+    """Import the problem and the candidate (compiling on the way) and find ModelNew."""
+    op: ClassVar[str] = "build"
+    device: str
+    cache_dir: str
+    problem: dict[str, Any]
+    candidate: dict[str, Any]
+    arch: str | None = None
+
+
+@request
+@dataclass(frozen=True)
+class CompileOnly(Request):
+    """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
+    op: ClassVar[str] = "compile"
+    device: str
+    cache_dir: str
+    candidate: dict[str, Any]
+    arch: str | None = None
+
+
+@request
+@dataclass(frozen=True)
+class Construct(Request):
+    """ModelNew(*get_init_inputs()) with the generators seeded by `init_seed`; the reference's state
+    (blobs, `state`) is loaded into it unless `state` is None (KernelBench's protocol)."""
+    op: ClassVar[str] = "construct"
+    init_seed: int
+    init_inputs_seed: int
+    state: list[dict[str, Any]] | None
+    names: list[str] | None = None
+
+
+@request
+@dataclass(frozen=True)
+class Forward(Request):
+    """Call ModelNew on the inputs (blobs) and hand back the output at once. `poison`: fill freed memory
+    with NaN bytes first; `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
+    buffers under a name, or copy these inputs into buffers kept before and call on those; `reseed`:
+    seed the generators before the call (KernelBench); `alias`: report output storage shared with an
+    input, parameter or buffer."""
+    op: ClassVar[str] = "forward"
+    inputs: list[dict[str, Any]]
+    poison: bool = False
+    return_inputs: bool = False
+    keep: str | None = None
+    reuse: str | None = None
+    reseed: int | None = None
+    alias: bool = False
+
+
+@request
+@dataclass(frozen=True)
+class SetState(Request):
+    """Write the reference's changed entries (blobs) into ModelNew: in place, or as new Parameter objects."""
+    op: ClassVar[str] = "set-state"
+    names: list[str]
+    state: list[dict[str, Any]]
+    replace: bool = False
+
+
+@request
+@dataclass(frozen=True)
+class Observe(Request):
+    """Watch one call on the inputs (blobs): "threads" (threads or processes left running), "repeat" (two
+    calls on copies; both outputs as blobs, and whether they share memory), "trace" (own kernels counted,
+    ops profiled, GPU kernels with streams), "streams" (the output read in stream order right after the
+    call against after a device-wide synchronisation)."""
+    op: ClassVar[str] = "observe"
+    what: str
+    inputs: list[dict[str, Any]]
+    warm: list[dict[str, Any]] | None = None
+
+
+# ---- reading the worker's claims ---------------------------------------------------------------------
+
+class Untrusted(ValueError):
+    """A worker reply that is not what the protocol allows (forged or corrupted by candidate code)."""
+
+
+def number(value: Any, name: str, *, low: float = -math.inf, high: float = math.inf) -> float:
+    """A plain finite int or float in [low, high] (a float subclass or a bool is refused)."""
+    if type(value) not in (int, float) or not math.isfinite(value) or not low <= value <= high:
+        raise Untrusted(f"{name}: expected a number in [{low}, {high}], got {type(value).__name__} {value!r:.60}")
+    return float(value)
+
+
+def numbers(values: Any, name: str, *, count: int | None = None, low: float = -math.inf,
+            high: float = math.inf) -> list[float]:
+    if type(values) is not list or (count is not None and len(values) != count):
+        raise Untrusted(f"{name}: expected a list of {count if count is not None else 'some'} numbers")
+    return [number(v, name, low=low, high=high) for v in values]
+
+
+def strings(values: Any, name: str, limit: int = 10_000) -> list[str]:
+    if type(values) is not list or len(values) > limit or not all(type(v) is str for v in values):
+        raise Untrusted(f"{name}: expected a list of strings")
+    return [v[:500] for v in values]
+
+
+def flag(value: Any, name: str) -> bool:
+    if type(value) is not bool:
+        raise Untrusted(f"{name}: expected true or false")
+    return value

@@ -1,0 +1,197 @@
+"""The referee's request handlers: one dispatch table from request type to handler; replies are data.
+
+The referee imports the problem, never the candidate. It draws every input, runs the reference (and
+its float64 copy), changes parameters for the probes, compares what the candidate's worker handed back,
+and times the baselines, so nothing a verdict or a reported speedup depends on is computed where
+candidate code runs.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from kerneljudge import protocol, timing
+from kerneljudge.proc import machine, tensorwire
+from kerneljudge.proc.failures import classify
+from kerneljudge.proc.inputs import same_bits
+from kerneljudge.proc.profile import output_aliases, profile_calls
+from kerneljudge.proc.timed import TimedModel
+from kerneljudge.records import Finding
+from kerneljudge.referee import compare
+from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession
+
+HEAVY_SHARE = 0.10  # an op taking this share of the reference's profiled time is one of its heavy ops
+REFERENCE_PROFILE_CALLS = 3  # one call's CPU times are noisy
+# Data movement and bookkeeping ops: never "the reference's computation".
+TRIVIAL_OPS = frozenset("""
+aten::empty aten::empty_like aten::empty_strided aten::view aten::reshape aten::_reshape_alias aten::copy_
+aten::clone aten::to aten::_to_copy aten::detach aten::detach_ aten::as_strided aten::expand aten::t
+aten::transpose aten::contiguous aten::unsqueeze aten::squeeze aten::select aten::slice aten::zeros
+aten::zeros_like aten::resize_ aten::lift_fresh aten::alias aten::fill_ aten::zero_ aten::item
+aten::_local_scalar_dense aten::result_type aten::numpy_T aten::permute aten::flatten aten::unbind
+aten::split aten::chunk aten::narrow aten::ones aten::ones_like aten::full aten::new_empty aten::set_
+""".split())
+BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
+Reply = tuple[dict[str, Any], list]  # JSON data and blobs
+
+
+def _clock_ns() -> int:
+    return time.perf_counter_ns()
+
+
+class Referee:
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.session: RefereeSession | None = None
+        self.timed: TimedModel | None = None
+        self.handlers: dict[type, Callable[[Any, list], Reply]] = {
+            protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
+            protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
+            protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
+            protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
+        }
+
+    def handle(self, message: dict[str, Any]) -> Reply:
+        try:
+            request = protocol.from_wire(message)
+            handler = self.handlers.get(type(request))
+            if handler is None:
+                raise ValueError(f"the referee does not answer {request.op!r}")
+            return handler(request, message.get("_blobs") or [])
+        except Exception as exc:  # noqa: BLE001 - a bug of ours or the problem's comes back as data
+            detail = "".join(traceback.format_exception(exc)[-6:])
+            return {"error": f"{message.get('op')}: {type(exc).__name__}: {exc}\n{detail}"}, []
+
+    def ping(self, request: protocol.Ping, blobs: list) -> Reply:
+        device = torch.device(request.device)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                return {"usage_error": f"device {device} requested, but torch {torch.__version__} sees no CUDA "
+                                       "GPU"}, []
+            if (device.index or 0) >= torch.cuda.device_count():
+                return {"usage_error": f"device {device}: only {torch.cuda.device_count()} GPU(s) visible"}, []
+            torch.cuda.set_device(device.index or 0)
+        else:
+            machine.limit_memory(request.memory_limit_mb)
+        self.device = device
+        return {"device": machine.describe_device(device), "versions": machine.versions()}, []
+
+    def setup(self, request: protocol.Setup, blobs: list) -> Reply:
+        from kerneljudge.worker.build import import_problem
+
+        problem = request.problem
+        try:
+            module = import_problem(problem["path"], problem["source"], problem["constants"])
+        except Exception as exc:  # noqa: BLE001 - the problem's own code
+            return {"findings": [classify(exc, stage="build", code="problem-error", what="importing the problem")
+                                 .finding.to_json()]}, []
+        try:
+            self.session = RefereeSession.build(module, self.device, request.init_seed, request.init_inputs_seed,
+                                                request.kernelbench)
+        except Exception as exc:  # noqa: BLE001
+            return {"findings": [classify(exc, stage="check", code="problem-error",
+                                          what="Model(*get_init_inputs())").finding.to_json()]}, []
+        names, tensors = self.session.state()
+        meta, state_blobs = tensorwire.pack_values(tensors)
+        data = {"names": names, "state": meta, "float64": self.session.reference64 is not None,
+                "parameters": [n for n, _ in self.session.reference.named_parameters()]}
+        if request.kernelbench:
+            torch.manual_seed(KERNELBENCH_SEED)
+            data["trial_seeds"] = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(64)]
+        return data, state_blobs
+
+    def make_inputs(self, request: protocol.MakeInputs, blobs: list) -> Reply:
+        try:
+            inputs = self.session.draw(request.seed, kernelbench=request.kernelbench, expect=request.expect)
+        except Exception as exc:  # noqa: BLE001 - the problem's get_inputs or the reference's forward
+            failure = classify(exc, stage="check", code="problem-error", what="the reference (inputs or forward)")
+            return {"findings": [failure.finding.to_json()]}, []
+        meta, input_blobs = tensorwire.pack_values(inputs)
+        return {"inputs": meta}, input_blobs
+
+    def _received(self, description: dict, blobs: list) -> compare.Received:
+        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device)
+        return compare.Received(kind, facts, tensors, str(description.get("type", "")))
+
+    def compare(self, request: protocol.Compare, blobs: list) -> Reply:
+        kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
+        if kept is None:
+            raise ValueError(f"no inputs were drawn for seed {request.seed}")
+        findings: list[Finding] = []
+        try:
+            received = self._received(request.output, blobs)
+            after = (tensorwire.unpack_values(request.inputs_after, blobs, self.device)
+                     if request.inputs_after is not None else None)
+        except tensorwire.WireError as exc:
+            return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
+                                            stage="check").to_json()]}, []
+        if after is not None and not same_bits(kept.inputs, after):
+            findings.append(Finding.of("input-mutation", f"trial {request.index}: the candidate's forward changed "
+                                       "its input tensors", stage="check", trial=request.index))
+        if request.rule == "kernelbench":
+            result = compare.compare_allclose(request.index, received, kept.expected, request.atol, request.rtol)
+        else:
+            atol, rtol = compare.tolerance(kept.expected, request.atol, request.rtol)
+            truth = kept.expected64 if request.rule == "strict" else None
+            result = compare.compare(request.index, received, kept.expected, truth, atol, rtol)
+        unwritten = compare.unwritten(received, kept.expected)
+        return {"trial": result.trial.to_json(), "findings": [f.to_json() for f in findings + result.findings],
+                "unwritten": unwritten}, []
+
+    def compare_pair(self, request: protocol.ComparePair, blobs: list) -> Reply:
+        first = self._received(request.first, blobs)
+        second = self._received(request.second, blobs)
+        return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
+
+    def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
+        names = compare.perturb(self.session.reference, request.seed, request.names, replace=request.replace,
+                                device=self.device)
+        self.session.refresh64()
+        names, tensors = self.session.state(names)
+        meta, state_blobs = tensorwire.pack_values(tensors)
+        return {"names": names, "state": meta}, state_blobs
+
+    def profile_reference(self, request: protocol.ProfileReference, blobs: list) -> Reply:
+        session = self.session
+        inputs = session.draw(request.seed, expect=False)
+        times, _ = profile_calls(session.reference, inputs, self.device, calls=REFERENCE_PROFILE_CALLS)
+        total = sum(times.values()) or 1.0
+        heavy = sorted(op for op, t in times.items()
+                       if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]
+        out = session.run(session.reference, args)
+        return {"heavy_ops": heavy, "aliases": output_aliases(out, args, session.reference)}, []
+
+    def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
+        session = self.session
+        model = session.reference
+        if request.model == "compile":
+            try:
+                model = torch.compile(session.reference)
+            except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
+                return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
+        self.timed = TimedModel(lambda args: model(*args), session.problem, self.device, request.set_seeds,
+                                request.method, _clock_ns)
+        try:
+            return self.timed.describe(), []  # torch.compile compiles here, outside the timing
+        except Exception as exc:  # noqa: BLE001
+            self.timed = None
+            return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}, []
+
+    def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
+        refills = {int(k): int(v) for k, v in request.refills.items()}
+        return {"samples_ms": self.timed.batch(request.first, request.count, refills)}, []
+
+    def copy_bandwidth(self, request: protocol.CopyBandwidth, blobs: list) -> Reply:
+        if self.device.type == "cuda":
+            timer = timing.cuda_event_timer(self.device, timing.L2Flusher.for_cuda_device(self.device))
+        else:
+            timer = timing.HostTimer(_clock_ns, flush=timing.CpuCacheFlusher())
+        stop = timing.StopRule(min_runs=10, max_runs=200, min_time_ms=50, budget_ms=1000, target_rel_sem=0.01)
+        gbps = timing.measure_copy_bandwidth(self.device, BANDWIDTH_BYTES[self.device.type], timer=timer, stop=stop,
+                                             wall_clock_ms=lambda: _clock_ns() / 1e6)
+        return {"gbps": gbps}, []

@@ -1,0 +1,95 @@
+"""The referee's state for one evaluation: the problem, the reference models, and the expectations kept
+between drawing a trial's inputs and comparing the candidate's output for them.
+
+Nothing here ever sees candidate code: the referee imports the problem only, and what it knows of the
+candidate is the data the judge relays (output bytes and the facts the worker reported about them).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize, upcast
+
+KERNELBENCH_SEED = 42
+
+
+@dataclass
+class Expectation:
+    """A trial's inputs (as drawn) and the reference's outputs for them, native and float64."""
+
+    inputs: list
+    expected: Any
+    expected64: Any
+
+
+@dataclass
+class RefereeSession:
+    problem: Any  # the imported problem module
+    device: torch.device
+    reference: torch.nn.Module
+    reference64: torch.nn.Module | None
+    kernelbench: bool
+    kept: dict[int, Expectation] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
+              kernelbench: bool) -> "RefereeSession":
+        """The reference from `init_seed` (parameters created on the device), and its float64 copy."""
+        seed_generators(init_inputs_seed, device)
+        init_inputs = list(problem.get_init_inputs())
+        seed_generators(init_seed, device)
+        if kernelbench:  # as KernelBench's eval: seed 42, construct, move
+            reference = problem.Model(*copy.deepcopy(init_inputs)).to(device)
+        else:
+            with torch.device(device):
+                reference = problem.Model(*copy.deepcopy(init_inputs))
+            reference = reference.to(device)
+        reference.eval()
+        try:
+            reference64 = copy.deepcopy(reference).to(torch.float64)
+        except Exception:  # noqa: BLE001 - the reference may not support float64; the trials say so
+            reference64 = None
+        return cls(problem, device, reference, reference64, kernelbench)
+
+    def state(self, names: list[str] | None = None) -> tuple[list[str], list[torch.Tensor]]:
+        """The reference's state-dict entries (all, or `names`), for the worker to load."""
+        state = self.reference.state_dict()
+        chosen = list(state) if names is None else [n for n in names if n in state]
+        return chosen, [state[n] for n in chosen]
+
+    def run(self, model: torch.nn.Module, args: list):
+        with torch.inference_mode():
+            out = model(*args)
+        synchronize(self.device)
+        return out
+
+    def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True) -> list:
+        """Inputs from `seed`, with the expectation kept under the seed; returns what the candidate gets.
+        Under KernelBench's protocol the reference runs first on the very tensors the candidate gets."""
+        if kernelbench:
+            seed_generators(seed, self.device)
+            inputs = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in self.problem.get_inputs()]
+            seed_generators(seed, self.device)
+            with torch.no_grad():
+                expected = self.reference(*inputs)
+            synchronize(self.device)
+            self.kept[seed] = Expectation(clone_args(inputs), expected, None)
+            return inputs
+        inputs = make_inputs(self.problem, seed, self.device)
+        if expect:
+            self.kept[seed] = self.expect(inputs)
+        return inputs
+
+    def expect(self, inputs: list) -> Expectation:
+        expected = self.run(self.reference, clone_args(inputs))
+        expected64 = self.run(self.reference64, upcast(clone_args(inputs))) if self.reference64 is not None else None
+        return Expectation(inputs, expected, expected64)
+
+    def refresh64(self) -> None:
+        if self.reference64 is not None:
+            self.reference64 = copy.deepcopy(self.reference).to(torch.float64)

@@ -1,0 +1,21 @@
+"""Seeds: every trial, probe and input set has its own, derived from the run's seed by label and index.
+
+Torch-free, so the judge derives them itself and sends explicit seeds to the referee and the worker: the
+candidate's process sees the seed of each call it makes, never the run's seed, so it cannot compute the
+inputs of calls still to come.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+
+def derive_seed(seed: int, label: str, index: int = 0) -> int:
+    digest = hashlib.sha256(f"{seed}:{label}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def fresh_seed() -> int:
+    """A seed from the operating system's random source: not derived from anything a process could know."""
+    return secrets.randbits(63)

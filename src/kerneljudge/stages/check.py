@@ -1,0 +1,89 @@
+"""Stage "check": ModelNew built with the reference's parameters, then N correctness trials.
+
+Strict protocol (the default): the referee builds the reference from the run's init seed; the worker
+builds ModelNew from the same seed and loads the reference's state dict (relayed as data; extra candidate
+buffers allowed). Each trial: the referee draws fresh inputs from the trial's own seed and computes the
+reference's outputs (native and float64); the worker runs the candidate on a copy, on memory it poisoned
+first, and hands back the output and its inputs as they were after the call; the referee compares.
+KernelBench's protocol (`--protocol kernelbench`) is reproduced the same way: seed 42 before each
+constructor, no state copy, the reference first on the very values the candidate then gets, allclose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kerneljudge import protocol
+from kerneljudge.records import Finding, Trial
+from kerneljudge.seeds import derive_seed
+from kerneljudge.stages.context import Judging, StageEnded
+
+STAGE = "check"
+KERNELBENCH_SEED = 42
+
+
+def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False) -> dict[str, Any] | None:
+    """The referee builds the reference, the worker builds ModelNew from the same seed and loads its state.
+    Returns the referee's setup reply (trial seeds under KernelBench's protocol), None if a finding ended it."""
+    init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")
+    init_inputs_seed = derive_seed(seed, "init-inputs")
+    try:
+        ready = j.take(j.referee.call(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench)), STAGE)
+        state = None if kernelbench else ready["state"]
+        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"]),
+                             ready["_blobs"]), STAGE)
+    except StageEnded:
+        return None
+    if not ready.get("float64") and not kernelbench:
+        j.findings.append(Finding.of("no-float64-reference", "the reference cannot run in float64; errors are "
+                                     "measured against it at its own precision", stage=STAGE))
+    return ready
+
+
+def run_check(j: Judging, seed: int, trials: int, *, label: str = "trial",
+              kernelbench_seeds: list[int] | None = None) -> list[Trial]:
+    """`trials` trials (strict, or KernelBench's when its trial seeds are given); their findings go on `j`
+    once per code, with how many trials showed it."""
+    results: list[Trial] = []
+    found: list[Finding] = []
+    try:
+        for index in range(trials):
+            if kernelbench_seeds is not None:
+                trial_seed = kernelbench_seeds[index]
+                drawn = j.draw(trial_seed, STAGE, kernelbench=True)
+                reply = _forward(j, drawn, index, results, reseed=trial_seed)
+                trial, findings, _ = j.compare(trial_seed, index, reply, STAGE, rule="kernelbench")
+            else:
+                trial_seed = derive_seed(seed, label, index)
+                drawn = j.draw(trial_seed, STAGE)
+                reply = _forward(j, drawn, index, results, poison=True, return_inputs=True)
+                trial, findings, _ = j.compare(trial_seed, index, reply, STAGE, inputs=True)
+            results.append(trial)
+            found.extend(findings)
+            if any(f.blocking for f in findings):
+                break
+    except StageEnded:
+        pass
+    j.findings.extend(_once_per_code(found, len(results)))
+    return results
+
+
+def _forward(j: Judging, drawn: dict[str, Any], index: int, results: list[Trial], **flags: Any) -> dict[str, Any]:
+    try:
+        return j.forward(drawn, STAGE, **flags)
+    except StageEnded:
+        failed = j.findings[-1] if j.findings else None
+        results.append(Trial(index, False, message=failed.message if failed else "the call failed"))
+        raise
+
+
+def _once_per_code(findings: list[Finding], trials: int) -> list[Finding]:
+    """One finding per code: the first, saying in how many of the trials it was seen."""
+    first: dict[str, Finding] = {}
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.code] = counts.get(f.code, 0) + 1
+        first.setdefault(f.code, f)
+    return [f if counts[c] == 1 else Finding(f.code, f.severity, f"{f.message} (seen in {counts[c]} of {trials} "
+                                              "trials)", f.fix, f.stage, {**f.details, "count": counts[c]})
+            for c, f in first.items()]

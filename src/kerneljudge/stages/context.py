@@ -1,0 +1,89 @@
+"""What the check, probe and time stages share: the two processes and the relaying between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kerneljudge import protocol
+from kerneljudge.errors import UsageError
+from kerneljudge.isolation import WorkerProcess
+from kerneljudge.options import Options
+from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
+from kerneljudge.records import Finding, Trial
+
+
+class StageEnded(Exception):
+    """A blocking finding ended the stage (it is already on `Judging.findings`)."""
+
+
+@dataclass
+class Judging:
+    """One evaluation in progress, as the check, probe and time stages see it."""
+
+    options: Options
+    worker: WorkerProcess
+    referee: WorkerProcess
+    device: str
+    findings: list[Finding] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)  # what the probes saw, for the report
+    on_progress: ProgressObserver = ignore
+
+    def tell(self, stage: str, message: str, done: int | None = None, total: int | None = None) -> None:
+        self.on_progress(ProgressEvent(stage, message, done, total))
+
+    # ---- replies ----------------------------------------------------------------------------------
+    def take(self, reply: dict[str, Any], stage: str) -> dict[str, Any]:
+        """A reply's findings go on the evaluation; a blocking one (or a referee fault) ends the stage."""
+        if reply.get("usage_error"):  # only a device that is not there
+            raise UsageError(reply["usage_error"] + "; choose another {argument} (cpu, cuda, cuda:N)", "device")
+        if reply.get("error"):
+            self.findings.append(Finding.of("judge-error", f"referee: {reply['error']}", stage=stage))
+            raise StageEnded()
+        found = reply.get("findings") or []
+        if not isinstance(found, list):
+            found = [{"code": "tampering", "message": "a reply whose findings are not a list"}]
+        new = [_finding(f, stage) for f in found]
+        self.findings.extend(new)
+        if any(f.blocking for f in new):
+            raise StageEnded()
+        return reply
+
+    # ---- the relay --------------------------------------------------------------------------------
+    def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True) -> dict[str, Any]:
+        """Inputs from `seed`, drawn by the referee (which keeps the reference's outputs for them unless
+        `expect` is False)."""
+        return self.take(self.referee.call(protocol.MakeInputs(seed, kernelbench, expect)), stage)
+
+    def forward(self, drawn: dict[str, Any], stage: str, **flags: Any) -> dict[str, Any]:
+        """The candidate on relayed inputs; the worker's reply (its output as data and blobs)."""
+        reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], **flags), drawn["_blobs"]), stage)
+        if not isinstance(reply.get("output"), dict):
+            self.findings.append(Finding.of("tampering", f"{stage}: the worker's reply carried no output description",
+                                            stage=stage))
+            raise StageEnded()
+        return reply
+
+    def compare(self, seed: int, index: int, reply: dict[str, Any], stage: str, *, rule: str = "strict",
+                inputs: bool = False, keep: bool = False) -> tuple[Trial, list[Finding], int]:
+        """The referee's comparison of a worker's output with the kept expectation of `seed`."""
+        check = self.options.check
+        answer = self.referee.call(protocol.Compare(seed, index, reply["output"],
+                                                    reply.get("inputs_after") if inputs else None,
+                                                    check.atol, check.rtol, rule, keep), reply["_blobs"])
+        answer = self.take(answer, stage) if answer.get("error") or answer.get("usage_error") else answer
+        findings = [_finding(f, stage) for f in answer.get("findings") or []]
+        if "trial" not in answer:  # a malformed output: the referee's findings say why
+            return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0
+        return Trial.from_json(answer["trial"]), findings, int(answer.get("unwritten", 0))
+
+
+def _finding(data: Any, stage: str) -> Finding:
+    """A finding from a reply, rebuilt from our catalog (severity and fix are the judge's, whatever the reply
+    says); one that is not well formed says so instead of being believed."""
+    try:
+        details = data.get("details") or {}
+        return Finding.of(str(data["code"]), str(data["message"]), stage=str(data.get("stage", stage)),
+                          **(details if isinstance(details, dict) else {}))
+    except (KeyError, TypeError, AttributeError):
+        return Finding.of("tampering", f"{stage}: a reply carried a malformed finding", stage=stage)

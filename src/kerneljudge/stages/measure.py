@@ -1,0 +1,257 @@
+"""Stage "time": the candidate in its worker and the baselines in the referee, measured by the judge.
+
+The measurement loop (`timing.measure`: warm-up, stop rule, statistics) runs here, in the judge process;
+each batch of calls is one request to the timed process (`RemoteTimer`), answered after a device-wide
+synchronisation. The judge times every request with its own clock, so the per-call times the worker
+claims must add up with what the batch took: the slack per call (request time minus claimed time, over
+the calls) is compared with the referee's slack for the reference under the same loop, and a candidate
+whose claims leave more time unexplained than the tolerance is `timing-tampering`. Which timed outputs
+are compared with the reference, and with which inputs, is decided here after each batch returns; the
+inputs of every timed call after the first round come from fresh secret seeds (same buffers, new values).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kerneljudge import cache, protocol, timing
+from kerneljudge.isolation import WorkerProcess
+from kerneljudge.records import Finding
+from kerneljudge.seeds import fresh_seed
+from kerneljudge.stages.context import Judging, StageEnded
+
+STAGE = "timing"
+IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
+NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
+CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
+# How much more unexplained time per call the candidate's batches may leave than the reference's under
+# the same loop before its claimed times are not believed: an absolute part (channel and scheduling
+# jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
+# claims by up to this much without being caught (docs/benchmarks.md has the figures measured).
+SLACK_TOLERANCE_MS = 0.02
+SLACK_TOLERANCE_REL = 0.10
+PROGRESS_EVERY_MS = 250.0
+CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
+COMPILE_CACHE_AGREEMENT = 0.25  # a cached compile time is used while its eager time agrees within 25% both ways
+CACHEABLE_REL_SEM = 0.02  # a baseline noisier than this is not cached
+
+
+class RemoteTimer:
+    """A `timing.CallTimer` whose calls run in another process, a batch per request, each request timed by
+    the judge's clock. `before(i)` may leave a refill seed in `refills` for call i."""
+
+    def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float]):
+        self.process, self.batch, self.clock_ms = process, batch, clock_ms
+        self.refills: dict[int, int] = {}
+        self.wall_ms = 0.0  # requests' time, judged by this process's clock
+        self.claimed_ms = 0.0  # the samples' sum, as claimed by the timed process
+        self.calls = 0
+        self.findings: list[Finding] = []
+
+    def time_call(self, fn) -> float:
+        return self.time_calls([fn])[0]
+
+    def time_calls(self, calls, before=None) -> list[float]:
+        for call in calls:
+            if before is not None:
+                before(call.index)
+        first, count = calls[0].index, len(calls)
+        refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
+        started = self.clock_ms()
+        reply = self.process.call(protocol.TimeBatch(first, count, refills))
+        wall = self.clock_ms() - started
+        if reply.get("findings") or reply.get("error"):
+            self.findings = [Finding.from_json(f) for f in reply.get("findings") or []]
+            raise TimedCallFailed(reply.get("error") or "a timed call failed")
+        samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
+        self.wall_ms += wall
+        self.claimed_ms += math.fsum(samples)
+        self.calls += count
+        return samples
+
+    @property
+    def slack_ms(self) -> float:
+        """Time per call the batches took beyond what was claimed (flushes, the channel, Python)."""
+        return (self.wall_ms - self.claimed_ms) / max(1, self.calls)
+
+
+class TimedCallFailed(Exception):
+    pass
+
+
+@dataclass
+class Timing:
+    """The timing block of a result, built in one place."""
+
+    method: str
+    input_sets: int
+    candidate: timing.Measurement
+    checked_outputs: int
+    slack: dict[str, float]
+    baselines: dict[str, dict | None] = field(default_factory=dict)
+    baselines_cached: list[str] = field(default_factory=list)
+    floor: dict[str, Any] = field(default_factory=dict)
+    stop_rule: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        median = self.candidate.stats.median_ms
+        return {"method": self.method, "input_sets": self.input_sets, "checked_outputs": self.checked_outputs,
+                "candidate": self.candidate.stats.to_json(), "stop_reason": self.candidate.stop_reason,
+                "samples_ms": [round(x, 6) for x in self.candidate.samples_ms[:1000]], "stop_rule": self.stop_rule,
+                "batch": self.input_sets, "host_overhead_ms": None, "cross_check": self.slack,
+                "baselines": self.baselines, "baselines_cached": self.baselines_cached, "floor": self.floor,
+                "speedup": {name: round(stats["median_ms"] / median, 4) for name, stats in self.baselines.items()
+                            if stats and median}}
+
+
+def _method(device: str, opts) -> str:
+    if device.startswith("cuda"):
+        return "cuda-graph" if opts.cuda_graph else "cuda-events"
+    return "host-clock"
+
+
+def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRule, clock_ms,
+             check: bool = False) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
+    """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable)."""
+    opts = j.options.timing
+    set_seeds = [fresh_seed() for _ in range(opts.input_sets)]
+    ready = process.call(protocol.TimeSetup(model, set_seeds, _method(j.device, opts)))
+    if ready.get("unavailable"):
+        return None, None, 0, str(ready["unavailable"])[:400]
+    j.take(ready, STAGE)
+    if process is j.referee and model == "eager":  # the floor's bytes, from the trusted side
+        j.info["moved_bytes"] = int(ready["input_bytes"]) + int(ready["output_bytes"])
+    sets = int(protocol.number(ready.get("input_sets"), "input_sets", low=1, high=len(set_seeds)))
+    current = list(set_seeds[:sets])  # the seed whose values each input set holds
+    used: set[int] = set()
+    timer = RemoteTimer(process, sets if j.device.startswith("cuda") else 1, clock_ms)
+    chooser = random.SystemRandom()
+    checked = {"n": 0}
+
+    def before(i: int) -> None:
+        k = i % sets
+        if k in used:  # this set's values were seen: new values, same buffers
+            current[k] = timer.refills[i] = fresh_seed()
+        used.add(k)
+
+    told = {"ms": float("-inf")}
+
+    def after(i: int) -> None:
+        if clock_ms() - told["ms"] >= PROGRESS_EVERY_MS:
+            told["ms"] = clock_ms()
+            j.tell(STAGE, f"{model}: {i + 1} calls", i + 1, opts.max_runs)
+        # whether this output is checked is decided only now, here, after its batch returned
+        if not check or checked["n"] >= opts.checked_calls or chooser.random() >= CHECK_PROBABILITY:
+            return
+        checked["n"] += 1
+        _check_timed_output(j, i, current[i % sets])
+
+    try:
+        measured = timing.measure(lambda i: None, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
+                                  warmup_ms=opts.warmup_ms, wall_clock_ms=clock_ms, before=before, after=after)
+    except TimedCallFailed:
+        j.findings.extend(timer.findings)
+        raise StageEnded() from None
+    return measured, timer, checked["n"], None
+
+
+def _check_timed_output(j: Judging, i: int, seed: int) -> None:
+    if any(f.code == "timed-output-mismatch" for f in j.findings):
+        return
+    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
+    if exported.get("reused") is True:
+        return  # a later call of the batch wrote into this output (the output-alias probe's finding)
+    j.draw(seed, STAGE)
+    trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed")
+    if not trial.passed:
+        j.findings.append(Finding.of("timed-output-mismatch", f"timed call {i}: {trial.message}", stage=STAGE, call=i))
+
+
+def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> dict | None:
+    """Time the candidate, then the baselines and the floor, and cross-check the candidate's claims."""
+    opts = j.options.timing
+    stop = timing.StopRule(min_runs=opts.min_runs, max_runs=opts.max_runs, min_time_ms=opts.min_time_ms,
+                           budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
+    try:
+        candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True)
+    except StageEnded:
+        return None
+    stats = candidate.stats
+    if stats.rel_sem > NOISY_FACTOR * opts.target_rel_sem:
+        j.findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after {stats.n} runs "
+                                     f"({candidate.stop_reason})", stage=STAGE))
+    baselines, cached = _baselines(j, stop, clock_ms, problem_key)
+    eager_timer = baselines.pop("_eager_timer")
+    slack = _cross_check(j, timer, eager_timer, stats.median_ms)
+    block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
+                   slack, baselines, cached,
+                   stop_rule={k: getattr(opts, k) for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
+                                                            "target_rel_sem")})
+    block.floor = _floor(j, device_key, stats.median_ms)
+    return block.to_json()
+
+
+def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> tuple[dict, list[str]]:
+    """Eager always (it calibrates the cross-check; a short run when baselines are off), torch.compile from
+    the cache while the eager time it was measured beside agrees with this run's."""
+    opts = j.options.timing
+    eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms)
+    found: dict[str, Any] = {"_eager_timer": eager_timer}
+    if not opts.baselines:
+        return found, []
+    found["eager"] = eager.stats.to_json() if eager else None
+    if why:
+        j.findings.append(Finding.of("baseline-unavailable", f"eager: {why}", stage="baselines"))
+    cached: list[str] = []
+    if opts.compile_baseline and eager is not None:
+        entry = cache.load(j.options.cache_dir, "baselines", problem_key) or {}
+        then = entry.get("eager_median_ms")
+        if isinstance(then, (int, float)) and then > 0 and entry.get("compile") and \
+                abs(eager.stats.median_ms / then - 1) <= COMPILE_CACHE_AGREEMENT:
+            found["compile"], cached = entry["compile"], ["compile"]
+        else:
+            compiled, _, _, why = _measure(j, j.referee, "compile", stop, clock_ms)
+            found["compile"] = compiled.stats.to_json() if compiled else None
+            if why:
+                j.findings.append(Finding.of("baseline-unavailable", f"compile: {why}", stage="baselines"))
+            elif compiled.stats.rel_sem <= CACHEABLE_REL_SEM:
+                cache.save(j.options.cache_dir, "baselines", problem_key,
+                           {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
+    return found, cached
+
+
+def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | None, median_ms: float) -> dict:
+    """The candidate's unexplained time per call against the reference's under the same loop."""
+    if reference is None:
+        return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
+    excess = candidate.slack_ms - reference.slack_ms
+    tolerance = SLACK_TOLERANCE_MS + SLACK_TOLERANCE_REL * median_ms
+    result = {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": round(reference.slack_ms, 6),
+              "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
+    if excess > tolerance:
+        j.findings.append(Finding.of(
+            "timing-tampering", f"the candidate's batches took {excess:.4g} ms per call more than the times it reported "
+            f"explain (the reference's batches under the same loop: {reference.slack_ms:.4g} ms unexplained; "
+            f"tolerance {tolerance:.3g} ms): its reported times are not believed", stage=STAGE, **result))
+    return result
+
+
+def _floor(j: Judging, device_key: str, median_ms: float) -> dict[str, Any]:
+    """The roofline floor: inputs read once and outputs written once at the copy bandwidth the referee
+    measured (cached per device)."""
+    cached = cache.load(j.options.cache_dir, "bandwidth", device_key) or {}
+    gbps = cached.get("gbps")
+    if not isinstance(gbps, (int, float)) or gbps <= 0:
+        gbps = j.take(j.referee.call(protocol.CopyBandwidth()), STAGE)["gbps"]
+        cache.save(j.options.cache_dir, "bandwidth", device_key, {"gbps": gbps})
+    moved = j.info.get("moved_bytes", 0)
+    floor_ms = timing.floor_time_ms(moved, gbps)
+    if median_ms < IMPOSSIBLE_FRACTION * floor_ms:
+        j.findings.append(Finding.of("impossible-speed", f"median {median_ms:.4g} ms is under {IMPOSSIBLE_FRACTION:g}x "
+                                     f"the memory floor {floor_ms:.4g} ms ({moved} bytes at {gbps:.0f} GB/s)",
+                                     stage=STAGE))
+    return {"bytes": moved, "bandwidth_gbps": round(gbps, 2), "floor_ms": floor_ms,
+            "percent_of_light": timing.percent_of_light(median_ms, floor_ms) if median_ms > 0 else None}

@@ -1,0 +1,242 @@
+"""Stage "probe": behaviours a correct-looking candidate must not have, decided in the judge.
+
+Each probe is a short exchange: the referee draws inputs (keeping the reference's outputs) or changes
+the parameters; the worker calls the candidate the way a real caller could (new parameter values, the
+same buffers holding new values, a second call on the same inputs, poisoned memory, a profiler watching)
+and hands back outputs and observations; the referee compares; the judge decides. What only the
+candidate's process can observe (threads it left running, memory it shares, streams it used) is a
+claim from that process: it can only make the candidate look worse unless forged, and a forged reply
+is no better than silence (README: what the judge trusts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from kerneljudge import protocol
+from kerneljudge.records import Finding
+from kerneljudge.seeds import derive_seed
+from kerneljudge.stages.context import Judging, StageEnded
+
+STAGE = "probe"
+
+
+def _seed(j: Judging, label: str) -> int:
+    return derive_seed(j.info["run_seed"], f"probe:{label}")
+
+
+def _check_again(j: Judging, label: str, **flags) -> str | None:
+    """Draw, call, compare: the failed comparison's message, or None when the output matches."""
+    seed = _seed(j, label)
+    reply = j.forward(j.draw(seed, STAGE), STAGE, **flags)
+    trial, findings, _ = j.compare(seed, 0, reply, STAGE)
+    return None if trial.passed else (trial.message or "; ".join(f.message for f in findings) or "outputs differ")
+
+
+def probe_op_trace(j: Judging) -> list[Finding]:
+    """Rows 12-13: which of the candidate's own kernels ran, and which of the reference's heavy ops it calls."""
+    seed = _seed(j, "trace")
+    reference = j.take(j.referee.call(protocol.ProfileReference(seed)), STAGE)
+    j.info["reference_aliases"] = reference.get("aliases")
+    drawn = j.draw(seed, STAGE, expect=False)
+    trace = j.take(j.worker.call(protocol.Observe("trace", drawn["inputs"]), drawn["_blobs"]), STAGE).get("trace")
+    if not isinstance(trace, dict):
+        return [Finding.of("tampering", "the worker's op trace was missing", stage=STAGE)]
+    own = protocol.strings(trace.get("own_kernels", []), "own_kernels")
+    own_calls = {str(k): int(protocol.number(v, "own_calls", low=0)) for k, v in dict(trace.get("own_calls", {})).items()}
+    ops = set(protocol.strings(trace.get("ops", []), "ops", limit=100_000))
+    heavy = list(reference.get("heavy_ops", []))
+    called = [op for op in heavy if op in ops]
+    j.info["op_trace"] = {"own_kernels": own, "own_calls": own_calls, "reference_heavy_ops": heavy,
+                          "reference_ops_called": called,
+                          "gpu_kernels": [k[0] for k in trace.get("kernels", [])[:20] if isinstance(k, list)]}
+    j.info["trace"] = trace
+    names = ", ".join(called)
+    if not own:
+        return [Finding.of("pytorch-rewrite", "no custom kernel: a PyTorch rewrite"
+                           + (f" (calls the reference's {names})" if called else ""), stage=STAGE,
+                           reference_ops_called=called)]
+    if not any(own_calls.values()):
+        listed = ", ".join(own[:6])
+        if called:
+            return [Finding.of("reference-fallback", f"its own kernels ({listed}) never ran, and it computed with "
+                               f"the reference's {names}", stage=STAGE)]
+        return [Finding.of("decoy-kernel", f"its own kernels ({listed}) never ran during forward", stage=STAGE)]
+    if called:
+        return [Finding.of("reference-ops", f"besides its own kernels it calls the reference's {names}", stage=STAGE)]
+    return []
+
+
+def probe_streams(j: Judging) -> list[Finding]:
+    """Row 7: the call's work must be ordered on the caller's stream. From the bracketed profile of the op
+    trace: kernels on another stream may neither start before the caller's stream reached the call nor end
+    after it moved past it; and the output, read in stream order at once, must equal the output after a
+    device-wide synchronisation."""
+    trace = j.info.get("trace") or {}
+    findings = []
+    bracket = trace.get("bracket")
+    if not bracket:
+        j.info["streams"] = {"error": "the profiler recorded no stream bracket; stream order not checked"}
+    else:
+        (_, caller, _, hold_end), (_, _, marker_start, _) = bracket
+        kernels = [k for k in trace.get("kernels", []) if isinstance(k, list) and len(k) == 4]
+        foreign = [k for k in kernels if k[1] != caller]
+        early = [k for k in foreign if k[2] < hold_end]
+        late = [k for k in foreign if k[3] > marker_start]
+        j.info["streams"] = {"caller": caller, "other_streams": sorted({k[1] for k in foreign}),
+                             "not_waiting": [k[0][:80] for k in early[:3]], "not_joined": [k[0][:80] for k in late[:3]]}
+        if early or late:
+            what = []
+            if early:
+                what.append(f"{len(early)} kernel(s) on stream(s) {sorted({k[1] for k in early})} started before "
+                            "the caller's stream reached the call (they do not wait for it)")
+            if late:
+                what.append(f"{len(late)} kernel(s) on stream(s) {sorted({k[1] for k in late})} were still running "
+                            "after the call returned (not joined back)")
+            findings.append(Finding.of("side-stream", f"{'; '.join(what)}; caller's stream {caller}; first: "
+                                       f"{(early or late)[0][0][:80]}", stage=STAGE))
+    drawn = j.draw(_seed(j, "streams"), STAGE, expect=False)
+    seen = j.take(j.worker.call(protocol.Observe("streams", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    if seen.get("unsynchronized") is not False:
+        findings.append(Finding.of("unsynchronized-work", "the output read in the caller's stream order right after "
+                                   "the call differs from the output after a device-wide synchronisation", stage=STAGE))
+    return findings
+
+
+def probe_aliasing(j: Judging) -> list[Finding]:
+    """Row 3: the output must not share memory with an input, a parameter or a buffer (unless the
+    reference's output does the same)."""
+    if j.info.get("reference_aliases"):
+        return []
+    seed = _seed(j, "alias")
+    reply = j.forward(j.draw(seed, STAGE, expect=False), STAGE, alias=True)
+    hit = reply.get("aliases")
+    return [Finding.of("output-alias", f"the output shares memory with {str(hit)[:200]}", stage=STAGE)] if hit else []
+
+
+def probe_threads(j: Judging) -> list[Finding]:
+    """Row 8: no thread or process started by the call may outlive it; native thread growth is a warning
+    (runtimes start pools lazily, so only the Python-visible ones fail)."""
+    drawn = j.draw(_seed(j, "threads"), STAGE, expect=False)
+    seen = j.take(j.worker.call(protocol.Observe("threads", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    threads = protocol.strings(seen.get("threads", []), "threads")
+    children = [int(protocol.number(c, "children", low=0)) for c in seen.get("children", [])]
+    if threads or children:
+        what = ([f"thread(s) {', '.join(threads)}"] if threads else []) + (
+            [f"process(es) {children}"] if children else [])
+        return [Finding.of("thread-spawn", f"after forward returned, {' and '.join(what)} started by the call were "
+                           "still running", stage=STAGE)]
+    growth = protocol.number(seen.get("native_growth", 0), "native_growth")
+    if growth > 0:
+        return [Finding.of("native-threads", f"the process had {growth:g} more native threads after the call",
+                           stage=STAGE)]
+    return []
+
+
+def probe_repeat(j: Judging) -> list[Finding]:
+    """Row 15: two calls on the same values must agree within tolerance (garbage reads, races); the second
+    must not return memory the first call's output still holds."""
+    drawn = j.draw(_seed(j, "repeat"), STAGE, expect=False)
+    seen = j.take(j.worker.call(protocol.Observe("repeat", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    if protocol.flag(seen.get("shared"), "shared"):
+        return [Finding.of("output-alias", "the second call returned memory the first call's output still holds: "
+                           "each call overwrites the previous result", stage=STAGE)]
+    check = j.options.check
+    answer = j.referee.call(protocol.ComparePair(seen["first"], seen["second"], check.atol, check.rtol), seen["_blobs"])
+    if answer.get("error"):
+        return [Finding.of("tampering", "the two outputs of the repeat probe could not be read", stage=STAGE)]
+    if answer.get("difference"):
+        return [Finding.of("nondeterministic", f"two calls on the same inputs disagree: {answer['difference']}",
+                           stage=STAGE)]
+    return []
+
+
+def probe_unwritten_output(j: Judging) -> list[Finding]:
+    """Row 6: with freed memory poisoned (NaN bytes) right before the call, every output element must still
+    be written. On the CPU the poison is best effort (the allocator may hand out fresh pages)."""
+    seed = _seed(j, "poison")
+    reply = j.forward(j.draw(seed, STAGE), STAGE, poison=True)
+    _, _, unwritten = j.compare(seed, 0, reply, STAGE)
+    if unwritten:
+        return [Finding.of("unwritten-output", f"{unwritten} output elements still held the poison the judge wrote "
+                           "into free memory before the call", stage=STAGE, unwritten=unwritten)]
+    return []
+
+
+def probe_refilled_inputs(j: Judging) -> list[Finding]:
+    """Row 4: outputs memoised by input address or identity go stale when the buffers get new values."""
+    j.forward(j.draw(_seed(j, "refill-a"), STAGE, expect=False), STAGE, keep="refill")
+    failed = _check_again(j, "refill-b", reuse="refill")
+    if failed:
+        return [Finding.of("stale-inputs", "the same input tensors, refilled with new values, gave the previous "
+                           f"output: {failed}", stage=STAGE)]
+    return []
+
+
+def _parameters_changed(j: Judging, label: str, *, replace: bool) -> list[Finding]:
+    """Row 1: a warm call (caches fill), the referee changes the parameters, the worker gets the same
+    change (in place, or as new parameter objects), and on new inputs the candidate must match again."""
+    j.forward(j.draw(_seed(j, f"{label}-warm"), STAGE, expect=False), STAGE)
+    changed = j.take(j.referee.call(protocol.Perturb(_seed(j, f"{label}-values"), None, replace)), STAGE)
+    if not changed.get("names"):
+        return []
+    j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"], replace), changed["_blobs"]), STAGE)
+    failed = _check_again(j, f"{label}-check")
+    what = "the parameter objects were replaced by new ones" if replace else "the parameters were changed in place"
+    if failed:
+        return [Finding.of("stale-parameters", f"after {what} (both models alike), the output no longer matches: "
+                           f"{failed}", stage=STAGE)]
+    return []
+
+
+def probe_parameters_in_place(j: Judging) -> list[Finding]:
+    return _parameters_changed(j, "params", replace=False)
+
+
+def probe_parameters_replaced(j: Judging) -> list[Finding]:
+    return _parameters_changed(j, "replace", replace=True)
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    run: Callable[[Judging], list[Finding]]
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+
+# Order matters: the op trace feeds the streams and aliasing probes; the probes that change parameters
+# come last, after those that need them untouched.
+PROBES = (
+    Probe("op-trace", probe_op_trace),
+    Probe("aliasing", probe_aliasing),
+    Probe("threads", probe_threads),
+    Probe("repeat", probe_repeat),
+    Probe("unwritten-output", probe_unwritten_output),
+    Probe("streams", probe_streams, devices=("cuda",)),
+    Probe("refilled-inputs", probe_refilled_inputs),
+    Probe("parameters-in-place", probe_parameters_in_place),
+    Probe("parameters-replaced", probe_parameters_replaced),
+)
+
+
+def run_probes(j: Judging, seed: int) -> None:
+    """Every probe that applies on this device; findings go on `j`, what they saw on `j.info`."""
+    device_type = j.device.split(":")[0]
+    j.info["run_seed"] = seed
+    skipped = [p.name for p in PROBES if device_type not in p.devices]
+    if skipped:
+        j.findings.append(Finding.of("probe-skipped", f"not on {device_type}: {', '.join(skipped)}", stage=STAGE,
+                                     probes=skipped))
+    try:
+        for probe in PROBES:
+            if device_type in probe.devices:
+                j.findings.extend(probe.run(j))
+    except StageEnded:
+        pass
+    except protocol.Untrusted as exc:
+        j.findings.append(Finding.of("tampering", f"a probe's reply from the worker was malformed: {exc}", stage=STAGE))
+    finally:
+        j.info.pop("run_seed", None)
+        j.info.pop("trace", None)
+        j.info.pop("reference_aliases", None)
