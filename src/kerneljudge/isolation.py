@@ -81,6 +81,8 @@ class WorkerProcess:
         package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
+        # an idle process's OpenMP threads must not spin (OMP's default) while the other one is timed
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         with open(self.log_path, "wb") as log:
             self.process = _SPAWNER.submit(
                 subprocess.Popen,

@@ -33,6 +33,7 @@ CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, u
 # claims by up to this much without being caught (docs/benchmarks.md has the figures measured).
 SLACK_TOLERANCE_MS = 0.02
 SLACK_TOLERANCE_REL = 0.10
+SLACK_NOISE_FACTOR = 3.0  # and this many times the spread of the reference's own slack (never the candidate's)
 PROGRESS_EVERY_MS = 250.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
 COMPILE_CACHE_AGREEMENT = 0.25  # a cached compile time is used while its eager time agrees within 25% both ways
@@ -46,9 +47,7 @@ class RemoteTimer:
     def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float]):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
         self.refills: dict[int, int] = {}
-        self.wall_ms = 0.0  # requests' time, judged by this process's clock
-        self.claimed_ms = 0.0  # the samples' sum, as claimed by the timed process
-        self.calls = 0
+        self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
 
     def time_call(self, fn) -> float:
@@ -67,15 +66,21 @@ class RemoteTimer:
             self.findings = [Finding.from_json(f) for f in reply.get("findings") or []]
             raise TimedCallFailed(reply.get("error") or "a timed call failed")
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
-        self.wall_ms += wall
-        self.claimed_ms += math.fsum(samples)
-        self.calls += count
+        self.slacks_ms.append((wall - math.fsum(samples)) / count)
         return samples
 
     @property
     def slack_ms(self) -> float:
-        """Time per call the batches took beyond what was claimed (flushes, the channel, Python)."""
-        return (self.wall_ms - self.claimed_ms) / max(1, self.calls)
+        """Median time per call the batches took beyond what was claimed (flushes, the channel, Python): a
+        claim must move more than half the batches to move the median time it reports, and then it moves
+        this median too."""
+        return timing.Stats.from_samples(self.slacks_ms).median_ms
+
+    @property
+    def slack_spread_ms(self) -> float:
+        """The median absolute deviation of the per-batch slack (the trusted side's noise)."""
+        median = self.slack_ms
+        return timing.Stats.from_samples([abs(s - median) for s in self.slacks_ms]).median_ms
 
 
 class TimedCallFailed(Exception):
@@ -228,7 +233,7 @@ def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | No
     if reference is None:
         return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
     excess = candidate.slack_ms - reference.slack_ms
-    tolerance = SLACK_TOLERANCE_MS + SLACK_TOLERANCE_REL * median_ms
+    tolerance = SLACK_TOLERANCE_MS + SLACK_TOLERANCE_REL * median_ms + SLACK_NOISE_FACTOR * reference.slack_spread_ms
     result = {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": round(reference.slack_ms, 6),
               "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
     if excess > tolerance:
