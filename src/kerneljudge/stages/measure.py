@@ -27,6 +27,7 @@ STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
+GUARANTEED_CHECKS = 2
 # How much more unexplained time per call the candidate's batches may leave than the reference's under
 # the same loop before its claimed times are not believed: an absolute part (channel and scheduling
 # jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
@@ -134,7 +135,12 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     used: set[int] = set()
     timer = RemoteTimer(process, sets if j.device.startswith("cuda") else 1, clock_ms)
     chooser = random.SystemRandom()
-    checked = {"n": 0}
+    checked = {"n": 0, "calls": 0}
+    # besides the checks drawn with CHECK_PROBABILITY, GUARANTEED_CHECKS at secret positions among the first
+    # calls after the warm-up, so even a short measurement checks some timed outputs
+    first_measured = opts.warmup_runs
+    forced = set(chooser.sample(range(first_measured, first_measured + max(opts.min_runs, GUARANTEED_CHECKS)),
+                                GUARANTEED_CHECKS)) if check else set()
 
     def before(i: int) -> None:
         k = i % sets
@@ -149,7 +155,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
             told["ms"] = clock_ms()
             j.tell(STAGE, f"{model}: {i + 1} calls", i + 1, opts.max_runs)
         # whether this output is checked is decided only now, here, after its batch returned
-        if not check or checked["n"] >= opts.checked_calls or chooser.random() >= CHECK_PROBABILITY:
+        checked["calls"] += 1
+        drawn = checked["calls"] - 1 in forced or chooser.random() < CHECK_PROBABILITY
+        if not check or checked["n"] >= opts.checked_calls or not drawn:
             return
         checked["n"] += 1
         _check_timed_output(j, i, current[i % sets])
