@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, SEED, codes, parse_json
 
+from kerneljudge import protocol
 from kerneljudge import channel
 from kerneljudge.isolation import WorkerFailure, WorkerProcess
 from kerneljudge.options import WorkerOptions
@@ -186,15 +187,15 @@ def test_the_next_evaluation_in_the_same_command_still_runs(kj):
 
 def test_a_worker_killed_from_outside_is_named_and_never_reused():
     with WorkerProcess(WorkerOptions(timeout_s=60)) as worker:
-        assert worker.call("ping", device="cpu", memory_limit_mb=None)["device"]["type"] == "cpu"
+        assert worker.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"
         os.kill(worker.process.pid, signal.SIGKILL)
         worker.process.wait(timeout=10)
         with pytest.raises(WorkerFailure) as failed:
-            worker.call("ping", device="cpu", memory_limit_mb=None)
+            worker.call(protocol.Ping("cpu"))
         assert failed.value.finding.code == "worker-crashed"
         assert "SIGKILL" in failed.value.finding.message and "memory" in failed.value.finding.message
         with pytest.raises(WorkerFailure) as again:
-            worker.call("ping", device="cpu", memory_limit_mb=None)
+            worker.call(protocol.Ping("cpu"))
         assert again.value.finding.code == "judge-error" and "no longer usable" in again.value.finding.message
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conftest import CANDIDATES, SEED
 
+from kerneljudge import protocol
 from kerneljudge import api
 from kerneljudge.isolation import WorkerPool
 
@@ -22,8 +23,8 @@ def test_pool_hands_out_fresh_pre_started_workers(fast):
         assert third is not spare
     assert third.process.poll() is not None or third.process.wait(timeout=10) is not None  # closed with the pool
     with first, second:
-        assert first.call("ping", device="cpu")["device"]["type"] == "cpu"
-        assert second.call("ping", device="cpu")["device"]["type"] == "cpu"
+        assert first.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"
+        assert second.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"
         assert first.process.pid != second.process.pid
 
 

@@ -1,18 +1,18 @@
-"""Catalog row 10: swaps the __code__ of a judge function (the comparison) in place, then returns a wrong
-output. Object identities are unchanged, so only a code snapshot sees it."""
+"""Catalog row 10: swaps the __code__ of a judge function in the worker (the one that lists an output's
+tensors) in place, then returns a wrong output. Object identities are unchanged, so only a code snapshot
+sees it; the comparison itself runs in the referee, out of reach."""
 import sys
 import torch
 import torch.nn as nn
 
-C = sys.modules["kerneljudge.worker.compare"]
+W = sys.modules["kerneljudge.worker.server"]
 
 
-def _always_close(out, truth, atol, rtol):
-    return True, 0, {"max_abs": 0.0, "sum_abs": 0.0, "count": 1, "max_rel": 0.0, "worst": (), "nonfinite": 0,
-                     "worst_elements": []}
+def _nothing(out):
+    return []
 
 
-C._close.__code__ = _always_close.__code__
+W._tensors.__code__ = _nothing.__code__
 
 
 class ModelNew(nn.Module):
