@@ -52,6 +52,18 @@ cost) step "judge cost: strict eval of the built CUDA solution at full size, war
   echo "two evaluations in one command (the second one's worker starts when the first ends)"
   time python -m kerneljudge eval l2/51 @cuda @cuda --json > "$OUT/cost_pool.json"
   python -c "import json; [print(r['verdict'], r['stage_ms']) for r in json.load(open('$OUT/cost_pool.json'))['results']]" ;;
+referee) step "referee split: honest solutions at full size, the cross-check's figures (residual)"
+  kj eval l2/51 @cuda @triton @pytorch --no-baselines --json > "$OUT/referee_full.json"
+  kj eval l2/51 tests/candidates/referee/*.py tests/candidates/gpu/*.py --preset small --no-baselines \
+     --json > "$OUT/referee_attacks.json"
+  for f in referee_full referee_attacks; do python - "$OUT/$f.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    t = r.get("timing") or {}
+    print(f"{r['candidate']['path'].rsplit('/',1)[-1]:22} {r['verdict']:5} median_ms={(t.get('candidate') or {}).get('median_ms')} "
+          f"cross_check={t.get('cross_check')} codes={[f['code'] for f in r['findings'] if f['severity'] != 'info']}")
+PY
+  done ;;
 served) step "judge cost through \`kerneljudge serve\` (a worker kept started between CLI calls; each call comes 8 s after the last)"
   kj serve > "$OUT/serve.log" 2>&1 & server=$!
   until kj serve --status > /dev/null; do sleep 0.2; done

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from conftest import CANDIDATES, SEED
 
-from kerneljudge import protocol
-from kerneljudge import api
-from kerneljudge.isolation import WorkerPool
+from kerneljudge import api, protocol
+from kerneljudge.isolation import REFEREE, WORKER, WorkerPool
 
 
 def test_pool_hands_out_fresh_pre_started_workers(fast):
     with WorkerPool() as pool:
         first = pool.take(fast.worker)
-        assert first.process is None and not pool.ready  # nothing was waiting: started on use, no spare yet
+        assert first.process is None and not pool.ready[WORKER]  # nothing was waiting: started on use
         pool.fill()  # what an evaluation does when it ends
-        spare = pool.ready[0]
+        spare, referee = pool.ready[WORKER][0], pool.ready[REFEREE][0]
         assert spare.process is not None and spare.process.poll() is None  # started ahead, alive
+        assert referee.module == REFEREE and referee.process.poll() is None  # a referee is kept ready too
         second = pool.take(fast.worker)
-        assert second is spare and not pool.ready  # the spare is handed out; no new one during the evaluation
+        assert second is spare and not pool.ready[WORKER]  # handed out; no new one during the evaluation
+        with pool.take(fast.worker, REFEREE) as taken:
+            assert taken is referee
         pool.fill()
-        third = pool.ready[0]
+        third = pool.ready[WORKER][0]
         assert third is not spare
     assert third.process.poll() is not None or third.process.wait(timeout=10) is not None  # closed with the pool
     with first, second:

@@ -239,7 +239,7 @@ def _reply(request: Any, connection: socket.socket, state: dict[str, Any], pool:
     if not isinstance(request, dict):
         return {"usage_error": "the judge server takes a JSON object"}
     if request.get("op") == "status":
-        return {**state, "spares_ready": len(pool.ready)}
+        return {**state, "spares_ready": {module.rsplit(".", 1)[-1]: len(ready) for module, ready in pool.ready.items()}}
     if request.get("op") != "evaluate" or request.get("verb") not in VERBS:
         return {"usage_error": f"the judge server does not know {request.get('op')!r} {request.get('verb')!r}"}
     theirs = request.get("identity")

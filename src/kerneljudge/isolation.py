@@ -53,7 +53,7 @@ class WorkerProcess:
     """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
 
     def __init__(self, options: WorkerOptions, *, clock: Callable[[], float] = time.monotonic,
-                 module: str = "kerneljudge.worker"):
+                 module: str = "kerneljudge.worker"):  # or REFEREE
         self.options = options
         self.module = module
         self.clock = clock
@@ -212,20 +212,24 @@ class WorkerProcess:
             pass
 
 
-class WorkerPool:
-    """Pre-started workers for many evaluations in a row (an RL loop, the MCP server, `kerneljudge
-    serve`, `api.*(pool=...)` in a script).
+WORKER = "kerneljudge.worker"
+REFEREE = "kerneljudge.referee"
 
-    A worker spends its first seconds importing torch and starting CUDA (4.7 s on an H200 host); a spare
+
+class WorkerPool:
+    """Pre-started processes for many evaluations in a row (an RL loop, the MCP server, `kerneljudge
+    serve`, `api.*(pool=...)` in a script): a spare worker and a spare referee.
+
+    Each spends its first seconds importing torch and starting CUDA (4.7 s on an H200 host); a spare
     started when the previous evaluation ended (`fill`) has done that by the time the next one takes it,
     if anything came in between (an agent thinking, a server waiting for its next client). Spares are
     not started during an evaluation: a process importing torch would compete with its measurements.
-    Every evaluation still gets a fresh process: a spare is never one that ran candidate code. Safe to
+    Every evaluation still gets fresh processes: a spare is never one that ran candidate code. Safe to
     share between threads (the MCP server's tools run on worker threads)."""
 
     def __init__(self, *, spares: int = 1):
         self.spares = spares
-        self.ready: list[WorkerProcess] = []
+        self.ready: dict[str, list[WorkerProcess]] = {WORKER: [], REFEREE: []}
         self._lock = threading.Lock()
 
     def __enter__(self) -> "WorkerPool":
@@ -234,32 +238,34 @@ class WorkerPool:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def take(self, options: WorkerOptions) -> WorkerProcess:
-        """A worker under `options` to use as a context manager: a live spare if one is waiting, else one
-        that starts on use."""
+    def take(self, options: WorkerOptions, module: str = WORKER) -> WorkerProcess:
+        """A process of `module` under `options` to use as a context manager: a live spare if one is
+        waiting, else one that starts on use."""
         with self._lock:
-            worker = None
-            while self.ready and worker is None:
-                spare = self.ready.pop(0)
+            process = None
+            while self.ready[module] and process is None:
+                spare = self.ready[module].pop(0)
                 if spare.process.poll() is None:
-                    worker = spare
+                    process = spare
                 else:
                     spare.close()
-        if worker is None:
-            return WorkerProcess(options)
-        worker.options = options  # its deadline is set when the evaluation enters it
-        return worker
+        if process is None:
+            return WorkerProcess(options, module=module)
+        process.options = options  # its deadline is set when the evaluation enters it
+        return process
 
     def fill(self) -> None:
         """Start spares up to the pool's count (after each evaluation, and when a server starts)."""
         with self._lock:
-            while len(self.ready) < self.spares:
-                spare = WorkerProcess(WorkerOptions())
-                spare.start()
-                self.ready.append(spare)
+            for module, ready in self.ready.items():
+                while len(ready) < self.spares:
+                    spare = WorkerProcess(WorkerOptions(), module=module)
+                    spare.start()
+                    ready.append(spare)
 
     def close(self) -> None:
         with self._lock:
-            for spare in self.ready:
-                spare.close()
-            self.ready.clear()
+            for ready in self.ready.values():
+                for spare in ready:
+                    spare.close()
+                ready.clear()

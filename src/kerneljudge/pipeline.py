@@ -25,7 +25,7 @@ from typing import Any, Callable
 from kerneljudge import cache, devicelock, lint, protocol, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
-from kerneljudge.isolation import WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
@@ -169,7 +169,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
     worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
-    referee = WorkerProcess(options.worker, module="kerneljudge.referee")
+    referee = pool.take(options.worker, REFEREE) if pool is not None else WorkerProcess(options.worker, module=REFEREE)
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
     try:
         with worker, referee:

@@ -12,6 +12,7 @@ storage, and on which device it lives. The referee decides what those facts mean
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
@@ -28,12 +29,13 @@ class WireError(ValueError):
 
 
 def _bytes_of(t: torch.Tensor) -> bytes:
-    flat = t.detach().contiguous().reshape(-1)
+    """A copy of the tensor's bytes (`bytes(storage)` would go element by element: 2 us each)."""
+    flat = t.detach().reshape(-1).contiguous()
     if flat.device.type != "cpu":
         flat = flat.cpu()
     if not flat.numel():
         return b""
-    return bytes(flat.view(torch.uint8).untyped_storage())
+    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
 
 
 def pack_tensor(t: torch.Tensor) -> tuple[dict[str, Any], bytes]:

@@ -83,7 +83,8 @@ def _finding(data: Any, stage: str) -> Finding:
     says); one that is not well formed says so instead of being believed."""
     try:
         details = data.get("details") or {}
-        return Finding.of(str(data["code"]), str(data["message"]), stage=str(data.get("stage", stage)),
-                          **(details if isinstance(details, dict) else {}))
+        details = {str(k): v for k, v in details.items() if k not in ("code", "message", "stage")} \
+            if isinstance(details, dict) else {}
+        return Finding.of(str(data["code"]), str(data["message"]), stage=str(data.get("stage", stage)), **details)
     except (KeyError, TypeError, AttributeError):
         return Finding.of("tampering", f"{stage}: a reply carried a malformed finding", stage=stage)

@@ -168,6 +168,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     except TimedCallFailed:
         j.findings.extend(timer.findings)
         raise StageEnded() from None
+    except protocol.Untrusted as exc:
+        j.findings.append(Finding.of("tampering", f"the {model} timing's reply was malformed: {exc}", stage=STAGE))
+        raise StageEnded() from None
     return measured, timer, checked["n"], None
 
 

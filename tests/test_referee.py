@@ -1,0 +1,79 @@
+"""The referee split (issue: "Referee"): attacks written against the judge's own code, each beside an
+honest control. The reference, the comparison, the tolerances, the checked outputs, the statistics and
+the baselines live outside the candidate's process, so what the candidate changes in its own process
+does not reach them; what its worker claims about time is checked against the judge's own clock.
+"""
+
+from __future__ import annotations
+
+from conftest import CANDIDATES, SEED, codes
+from kerneljudge import api
+
+REFEREE = CANDIDATES / "referee"
+SHORT_TIMING = {"enabled": True, "baselines": False, "budget_ms": 400.0, "min_runs": 24, "min_time_ms": 0.0}
+
+
+def judge(options, name: str, **changes):
+    return api.evaluate(SEED, REFEREE / f"{name}.py", options.replace(**changes) if changes else options)
+
+
+def failing(result) -> set[str]:
+    return {f.code for f in result.findings if f.severity in ("fail", "error")}
+
+
+def test_a_hook_that_repairs_outputs_when_the_reference_runs_has_nothing_to_repair(fast):
+    # row 19: in one process the reference's first module call would trigger the repair before the
+    # comparison; here the reference runs in the referee, so the zeros are what is compared
+    result = judge(fast, "hook_repair")
+    assert result.verdict == "fail"
+    assert "wrong-output" in failing(result)
+    assert all(not t.passed for t in result.trials)
+
+
+def test_rebinding_the_judges_modules_in_the_candidates_process_changes_nothing(fast):
+    # rows 20-22: the comparison, tolerance and constants it rebinds are copies in its own interpreter
+    result = judge(fast, "rebind_judge", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert "wrong-output" in failing(result)
+    assert {t.atol for t in result.trials} == {1e-4}  # the judge's tolerance, as a plain float
+    assert all(type(t.atol) is float for t in result.trials)
+
+
+def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
+    # row 24 on the CPU: claims cut to 1% leave ~5 ms per call unexplained by the judge's clock
+    result = judge(fast, "shrunk_times", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert "timing-tampering" in failing(result)
+    check = result.timing["cross_check"]
+    assert check["excess_ms"] > check["tolerance_ms"]
+    assert check["excess_ms"] > 3.0  # most of the hidden 4.95 ms per call shows
+
+
+def test_the_same_slow_candidate_with_honest_times_passes(fast):
+    result = judge(fast, "slow_honest", timing=SHORT_TIMING)
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
+    check = result.timing["cross_check"]
+    assert check["excess_ms"] <= check["tolerance_ms"]
+    assert result.timing["candidate"]["median_ms"] >= 5.0  # the sleep is in the time
+
+
+def test_forged_timing_numbers_are_refused_at_the_boundary(fast):
+    result = judge(fast, "forged_samples", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert "tampering" in failing(result)
+    assert result.timing is None
+
+
+def test_baselines_are_timed_where_the_candidate_never_ran(fast):
+    # row 23: a hook that sleeps 50 ms in every module call that is not the candidate's, and one thread:
+    # the eager reference (~0.3 ms at this size) is timed in the referee, untouched
+    options = fast.replace(timing={**SHORT_TIMING, "baselines": True, "compile_baseline": False})
+    result = judge(options, "baseline_sabotage")
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
+    assert result.timing["baselines"]["eager"]["median_ms"] < 25.0
+
+
+def test_honest_float64_accumulation_thread_settings_and_derived_buffers_pass(fast):
+    result = judge(fast, "float64_threads", timing=SHORT_TIMING)
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
+    assert not codes(result) & {"timing-tampering", "tampering", "stale-parameters"}
