@@ -144,7 +144,7 @@ def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
     assert daemon.server_status(socket_path)["evaluations"] == 0  # still serving
     env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite")}
     slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
-                             "--device", "cpu", "--timeout", "15", "--json"], env=env, stdout=subprocess.PIPE, text=True)
+                             "--device", "cpu", "--timeout", "10", "--json"], env=env, stdout=subprocess.PIPE, text=True)
     spinning, deadline = folder / "hang.pids", time.monotonic() + 60
     while not spinning.exists():  # the server is running it once its worker spins (a fixed sleep races a busy machine)
         assert slow.poll() is None and time.monotonic() < deadline, "the server never ran hang.py"
