@@ -19,7 +19,13 @@ INTEGRITY = CANDIDATES / "integrity"
 RELU = "level1/19"
 
 # Timing on, but short: a few hundred ms per timed function, no baselines (torch.compile on a CPU is slow).
-SHORT_TIMING = {"enabled": True, "baselines": False, "budget_ms": 400.0, "min_runs": 24, "min_time_ms": 0.0}
+# A fixed count of timed calls: no convergence, and a budget the count always reaches first, so what the
+# tests count does not depend on the machine's load. Each timed output is checked with probability 1/8:
+# where a test needs checked outputs, 200 calls (fewer than 2 checked has odds under 1e-10).
+TIMED_CALLS = 24
+SHORT_TIMING = {"enabled": True, "baselines": False, "min_runs": TIMED_CALLS, "max_runs": TIMED_CALLS,
+                "target_rel_sem": 0.0, "min_time_ms": 0.0, "budget_ms": 1e7}
+CHECKED_TIMING = {**SHORT_TIMING, "min_runs": 200, "max_runs": 200}
 
 
 def judge(options, name: str, problem: str = SEED, **changes):
@@ -142,7 +148,7 @@ def test_memo_by_sampled_content_never_hits_while_timed(fast):
     # on a hit), and memo_sampled.py is just an honest, slower candidate
     witness = judge(fast, "memo_hit_raises", timing=SHORT_TIMING)
     assert witness.verdict == "pass", [f.message for f in witness.findings if f.severity == "fail"]
-    assert witness.timing["candidate"]["n"] > 4  # more calls than input sets: every set came round again
+    assert witness.timing["candidate"]["n"] == TIMED_CALLS  # more calls than input sets: every set came round again
     assert judge(fast, "memo_sampled", timing=SHORT_TIMING).verdict == "pass"
 
 
@@ -150,7 +156,7 @@ def test_memo_by_sampled_content_never_hits_while_timed(fast):
 
 
 def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
-    result = judge(fast, "replay_after_warmup", timing=SHORT_TIMING)
+    result = judge(fast, "replay_after_warmup", timing=CHECKED_TIMING)
     assert all(t.passed for t in result.trials)  # honest through the trials and the probes ...
     assert not failing(result) - {"timed-output-mismatch", "impossible-speed"}
     assert_caught(result, "timed-output-mismatch")  # ... and caught while timed
@@ -158,7 +164,7 @@ def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
 
 
 def test_honest_timing_control(fast):
-    result = judge(fast, "@pytorch", timing=SHORT_TIMING)
+    result = judge(fast, "@pytorch", timing=CHECKED_TIMING)
     assert_clean(result)
     assert not codes(result) & {"timed-output-mismatch", "impossible-speed"}
     assert result.timing["checked_outputs"] >= 2
@@ -242,7 +248,7 @@ def test_forged_replies_on_the_result_channel(fast):
 def test_skipping_work_when_it_sees_it_is_timed(fast):
     # the candidate can see from its call stack that it is timed, but not which outputs are checked:
     # that is drawn after each call returns
-    result = judge(fast, "skip_when_timed", timing={**SHORT_TIMING, "min_runs": 200})
+    result = judge(fast, "skip_when_timed", timing=CHECKED_TIMING)
     assert all(t.passed for t in result.trials)
     assert_caught(result, "timed-output-mismatch")
 

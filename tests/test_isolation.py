@@ -138,13 +138,11 @@ def test_one_huge_allocation_is_out_of_memory(fast):
 
 
 def test_gradual_growth_hits_the_memory_limit_as_out_of_memory(fast):
-    started = time.monotonic()
     result = judge(fast, "oom_gradual", memory_limit_mb=3000)
     assert result.verdict == "error"
     oom = only(result, "out-of-memory")
     assert f"oom_gradual.py:{line_of(ISO / 'oom_gradual.py', 'blocks.append')}" in oom["message"]
-    assert "worker-crashed" not in codes(result) and "timeout" not in codes(result)
-    assert time.monotonic() - started < 60
+    assert "worker-crashed" not in codes(result) and "timeout" not in codes(result)  # the limit stopped it
 
 
 def test_hang_is_stopped_at_the_timeout_with_its_whole_process_group(kj, tmp_path):
@@ -158,7 +156,8 @@ def test_hang_is_stopped_at_the_timeout_with_its_whole_process_group(kj, tmp_pat
     assert rc == 2 and result["verdict"] == "error"
     finding = only(result, "timeout")
     assert f"{timeout} s limit" in finding["message"] and finding["stage"] == "check"
-    assert timeout - 1 < wall < timeout + 15, f"the hang was contained after {wall:.1f} s"
+    # stopped at the limit: never before it; after it, by far less than the minute a busy machine could add
+    assert timeout - 1 < wall < timeout + 60, f"the hang was contained after {wall:.1f} s"
     assert "KJ-MARKER: spinning" in result["worker_output_tail"]
     assert wait_dead([int(p) for p in pidfile.read_text().split()]) == [], "the hung worker or its child survived"
 
@@ -235,7 +234,8 @@ def test_second_build_is_a_cache_hit(built):
     done = cli("build", str(CPP), "--device", "cpu", "--cache-dir", str(cache_dir), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     (outcome,) = json.loads(done.stdout)
-    assert outcome["ok"] and outcome["build"]["cache"] == "hit" and outcome["build"]["build_ms"] < 2000
+    assert outcome["ok"] and outcome["build"]["cache"] == "hit"
+    assert outcome["build"]["build_ms"] < cold_s * 1000 / 4  # loaded, not compiled (load slows both alike)
     assert outcome["build"]["extensions"] == ["kj_isolation_residual_gelu"]
     human = cli("build", str(CPP), "--device", "cpu", "--cache-dir", str(cache_dir))
     assert human.returncode == 0 and "cpp_ext.py: cache hit in" in human.stdout
@@ -243,11 +243,54 @@ def test_second_build_is_a_cache_hit(built):
 
 
 def test_eval_after_build_is_a_fast_cache_hit_and_passes(built, fast):
-    cache_dir, _, _ = built
+    cache_dir, _, cold_s = built
     result = evaluate(SEED, CPP, fast.replace(cache_dir=cache_dir, probes=False))
     assert result.verdict == "pass", codes(result)
-    assert result.build.cache == "hit" and result.build.build_ms < 2000
+    assert result.build.cache == "hit" and result.build.build_ms < cold_s * 1000 / 4
     assert result.candidate["kinds"] == ["cpp"]
+
+
+def test_a_new_python_forward_around_the_same_extension_is_a_cache_hit(built, fast, tmp_path):
+    """The cache is keyed on what load_inline compiles, not on the candidate file around it."""
+    cache_dir, _, cold_s = built
+    source = CPP.read_text()
+    old_return = "        return x + torch.nn.functional.gelu(z).unsqueeze(1)\n"
+    assert old_return in source
+    variant = tmp_path / "cpp_ext_new_forward.py"
+    variant.write_text(source.replace(old_return, "        return torch.nn.functional.gelu(z)[:, None] + x\n"))
+    options = fast.replace(cache_dir=cache_dir, probes=False)
+    original, changed = evaluate(SEED, CPP, options), evaluate(SEED, variant, options)
+    assert changed.candidate["sha256"] != original.candidate["sha256"]
+    assert changed.verdict == "pass", codes(changed)
+    assert changed.build.cache == "hit" and changed.build.cache_key == original.build.cache_key
+    assert changed.build.extensions == ("kj_isolation_residual_gelu",)
+    assert changed.build.build_ms < cold_s * 1000 / 4
+
+
+def test_the_build_key_is_what_load_inline_and_load_compile(tmp_path):
+    """Sources, functions, flags, name and the toolchain change the key; where it is built, or verbose, do not."""
+    from torch.utils.cpp_extension import load, load_inline
+
+    from kerneljudge.worker.build import ExtensionCache, toolchain
+
+    cache = ExtensionCache(tmp_path, toolchain(None), clock_ms=time.monotonic)
+    args = {"name": "kj_k", "cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O1"]}
+
+    def key(function=load_inline, *positional, within=cache, **kwargs):
+        return within.key(function, positional, kwargs)[1]
+
+    assert key(**args) == key(**args, verbose=True, build_directory="/elsewhere")
+    assert key(load_inline, "kj_k", ["int f();"], functions=["f"], extra_cflags=["-O1"]) == key(**args)
+    for change in ({"cpp_sources": ["int g();"]}, {"functions": ["g"]}, {"extra_cflags": ["-O2"]},
+                   {"name": "kj_other"}, {"extra_include_paths": ["/opt/include"]}, {"with_cuda": True}):
+        assert key(**{**args, **change}) != key(**args), change
+    assert key(**args, within=ExtensionCache(tmp_path, toolchain("9.0"), clock_ms=time.monotonic)) != key(**args)
+
+    source = tmp_path / "ext.cpp"
+    source.write_text("int f();")
+    first = key(load, "kj_l", [str(source)])
+    source.write_text("int g();")  # `load` reads its sources from files: their content is the key
+    assert key(load, "kj_l", [str(source)]) != first
 
 
 def test_cache_info_clear_and_the_environment_variable(built, tmp_path):
@@ -286,10 +329,10 @@ def test_two_evaluations_of_a_new_source_at_once_build_it_once(tmp_path, fast):
     assert [b["cache"] for b in builds] == ["hit", "miss"]  # the lock: one built, the other waited and loaded
     hit, miss = builds
     assert hit["cache_key"] == miss["cache_key"]
-    assert hit["build_ms"] < 2000 < miss["build_ms"]  # the wait for the other's build is not counted
+    assert hit["build_ms"] < miss["build_ms"] / 4  # the wait for the other's build is not counted
 
     later = evaluate(SEED, CPP, fast.replace(cache_dir=cache_dir, probes=False))
-    assert later.verdict == "pass" and later.build.cache == "hit" and later.build.build_ms < 2000
+    assert later.verdict == "pass" and later.build.cache == "hit" and later.build.build_ms < miss["build_ms"] / 4
 
 
 # --- 5. the channel ---------------------------------------------------------------------------------
@@ -352,7 +395,7 @@ def test_channel_deadline_is_channel_timeout(pipe):
     started = time.monotonic()
     with pytest.raises(channel.ChannelTimeout):
         channel.receive(pipe["r"], started + 0.3)
-    assert 0.25 < time.monotonic() - started < 3
+    assert 0.25 < time.monotonic() - started < 30  # ended by the deadline (the upper bound: not by load)
 
 
 def test_channel_deadline_applies_to_a_message_that_stops_half_way(pipe):
@@ -360,7 +403,7 @@ def test_channel_deadline_applies_to_a_message_that_stops_half_way(pipe):
     started = time.monotonic()
     with pytest.raises(channel.ChannelTimeout):
         channel.receive(pipe["r"], started + 0.3)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30
 
 
 def test_channel_deadline_uses_the_given_clock(pipe):

@@ -27,7 +27,8 @@ def start_server(socket_path: Path, log_path: Path, cwd: Path) -> subprocess.Pop
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "kerneljudge", "serve", "--socket", str(socket_path)],
                                   stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                  env={**os.environ, "TMPDIR": str(cwd / "tmp")})
+                                  env={**os.environ, "TMPDIR": str(cwd / "tmp"),
+                                       "KJ_TEST_PIDFILE": str(cwd / "hang.pids")})  # hang.py says it spins
     deadline = time.monotonic() + 60
     while daemon.server_status(socket_path) is None:
         assert server.poll() is None, log_path.read_text()
@@ -133,7 +134,7 @@ def test_paths_mean_what_they_mean_to_the_client(kj, server):
 
 
 def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
-    _, socket_path, log, _ = server
+    _, socket_path, log, folder = server
     for raw in (b"\x00\x00\x00\x02[]", b"\x00\x00\x00\x05{nope", b"\x00\x00"):  # not an object, not JSON, cut
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(socket_path))
@@ -143,8 +144,11 @@ def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
     assert daemon.server_status(socket_path)["evaluations"] == 0  # still serving
     env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite")}
     slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
-                             "--device", "cpu", "--timeout", "6", "--json"], env=env, stdout=subprocess.PIPE, text=True)
-    time.sleep(3)  # the server is now running it
+                             "--device", "cpu", "--timeout", "10", "--json"], env=env, stdout=subprocess.PIPE, text=True)
+    spinning, deadline = folder / "hang.pids", time.monotonic() + 60
+    while not spinning.exists():  # the server is running it once its worker spins (a fixed sleep races a busy machine)
+        assert slow.poll() is None and time.monotonic() < deadline, "the server never ran hang.py"
+        time.sleep(0.05)
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json", env={"KERNELJUDGE_SOCKET": str(socket_path)})
     assert rc == 0 and parse_json(out)["verdict"] == "pass" and "waiting for the judge server" in err
     assert codes(parse_json(slow.communicate(timeout=60)[0])) >= {"timeout"}

@@ -575,7 +575,8 @@ def test_real_host_timer_on_tiny_torch_op_invariants_only():
     stop = T.StopRule(min_runs=5, max_runs=200, min_time_ms=0, budget_ms=500)
     m = T.measure(lambda i: torch.add(xs[i % 3], 1.0), timer=timer, stop=stop, warmup_runs=2, wall_clock_ms=T.perf_counter_ms)
     n = len(m.samples_ms)
-    assert 5 <= n <= 200
+    assert 1 <= n <= 200
+    assert n >= 5 or m.stop_reason == "budget"  # min_runs, unless a busy machine used the budget first
     assert m.stop_reason in {"converged", "max-runs", "budget"}
     assert all(s > 0 for s in m.samples_ms)
     s = m.stats

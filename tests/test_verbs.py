@@ -24,7 +24,10 @@ def test_cli_check_bench_submit_and_the_store(kj, tmp_path):
     rc, out, err = kj("bench", SEED, CORRECT, *CPU, *QUICK_TIMING, "--json")
     assert rc == 0, err
     benched = parse_json(out)
-    assert benched["timing"]["candidate"]["n"] >= 10 and benched["timing"]["method"] == "host-clock"
+    timed = benched["timing"]
+    assert timed["method"] == "host-clock" and timed["candidate"]["n"] >= 1
+    # 10 calls at least (the default min_runs), unless the 150 ms budget ran out first on a busy machine
+    assert timed["candidate"]["n"] >= 10 or timed["stop_reason"] == "budget"
 
     rc, out, err = kj("submit", SEED, WRONG, *CPU, *QUICK_TIMING, "--json")
     assert rc == 1, err
@@ -49,7 +52,10 @@ def test_api_submit_runs_a_hidden_recheck_without_showing_it(fast):
 
 
 def test_api_bench_times_against_the_eager_baseline(fast):
-    result = api.bench(SEED, CORRECT, fast, timing={"budget_ms": 150.0, "compile_baseline": False})
+    # a fixed count of timed calls (each output is checked with probability 1/8), whatever the machine's load
+    fixed = {"min_runs": 200, "max_runs": 200, "target_rel_sem": 0.0, "budget_ms": 1e7, "compile_baseline": False}
+    result = api.bench(SEED, CORRECT, fast, timing=fixed)
     assert result.verdict == "pass"
     assert set(result.speedup) == {"eager"} and result.speedup["eager"] > 0
+    assert result.timing["candidate"]["n"] == 200
     assert result.timing["floor"]["floor_ms"] > 0 and result.timing["checked_outputs"] >= 1

@@ -1,8 +1,9 @@
 """`kerneljudge build`: compile candidates ahead of evaluation, in parallel worker processes.
 
-Each candidate is imported in its own worker under the content-keyed build cache (worker/build.py),
-so a later `eval` of the same source on the same torch/CUDA/architecture is a cache hit. No GPU is
-needed where the toolchain is: give --arch (e.g. 9.0) when no GPU is visible.
+Each candidate is imported in its own worker, its extensions built into the build cache keyed on what
+they compile (worker/build.py), so a later `eval` of a candidate building the same extensions on the
+same torch/CUDA/architecture is a cache hit, whatever its Python around them. No GPU is needed where
+the toolchain is: give --arch (e.g. 9.0) when no GPU is visible.
 """
 
 from __future__ import annotations

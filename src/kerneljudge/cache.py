@@ -2,7 +2,7 @@
 
 One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/.cache/kerneljudge):
 
-    builds/<key>/      compiled extensions, one folder per content key (see worker/build.py)
+    builds/<key>/<name>/  one extension per folder, keyed on what load_inline/load compiles (worker/build.py)
     triton/            Triton's own kernel cache
     baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule
                        (eager is timed in every run, and a cached compile time must stay plausible beside it)

@@ -43,41 +43,56 @@ PROBLEMS_ROOT = click.option(
     "else the built-in suite).")
 
 
-def evaluation_options(func):
-    """The options shared by eval, check, bench and submit."""
-    decorators = [
-        click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-                     help="Override a constant of the problem (repeatable): a number (sizes >= 1), true/false, "
-                     "or a tuple/list as 3,5 or [8,8]."),
-        click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
-        PROBLEMS_ROOT,
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--trials", default=CheckOptions.trials, show_default=True, type=int,
-                     help="Correctness trials."),
-        click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
-        click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
-        click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
-        click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True),
-        click.option("--no-probes", is_flag=True, help="Skip the integrity probes (not for results you trust)."),
-        click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s,
-                     show_default=True, help="Seconds for the whole worker, build included."),
-        click.option("--memory-limit-mb", type=int, default=None,
-                     help="Worker memory limit on CPU runs."),
-        click.option("--budget-ms", type=float, default=TimingOptions.budget_ms, show_default=True,
-                     help="Timing budget per timed function."),
-        click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (launch-bound kernels)."),
-        click.option("--no-baselines", is_flag=True, help="Do not time the reference baselines."),
-        click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
-                     help="Build/baseline cache (default $KERNELJUDGE_CACHE_DIR or ~/.cache/kerneljudge)."),
-        click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
-        click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
-        click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout."),
-        click.option("--no-server", is_flag=True,
-                     help="Evaluate in this process even when `kerneljudge serve` is running."),
-    ]
-    for decorator in reversed(decorators):
-        func = decorator(func)
-    return func
+_CACHE_DIR_HELP = "Build/baseline cache (default $KERNELJUDGE_CACHE_DIR, else ~/.cache/kerneljudge)."
+
+# The options of the evaluation verbs, in groups: every verb takes the common ones and those of the stages
+# it runs (`check` never times, so it has no timing options).
+COMMON_OPTIONS = (
+    click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+                 help="Override a constant of the problem (repeatable): a number (sizes >= 1), true/false, "
+                 "or a tuple/list as 3,5 or [8,8]."),
+    click.option("--preset", default=None, help="Size preset of the problem (built-in problems: small)."),
+    PROBLEMS_ROOT,
+    click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+    click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s,
+                 show_default=True, help="Seconds for the whole worker, build included."),
+    click.option("--memory-limit-mb", type=int, default=None,
+                 help="Worker memory limit on CPU runs (default: 75% of RAM)."),
+    click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP),
+    click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
+    click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
+    click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout."),
+    click.option("--no-server", is_flag=True,
+                 help="Evaluate in this process even when `kerneljudge serve` is running."),
+)
+CHECKING_OPTIONS = (
+    click.option("--trials", default=CheckOptions.trials, show_default=True, type=int,
+                 help="Correctness trials."),
+    click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
+    click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
+    click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
+    click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True,
+                 help="kernelbench: KernelBench's own protocol, with strict beside it; the report says where "
+                      "the two verdicts differ."),
+    click.option("--no-probes", is_flag=True, help="Skip the integrity probes (not for results you trust)."),
+)
+TIMING_OPTIONS = (
+    click.option("--budget-ms", type=float, default=TimingOptions.budget_ms, show_default=True,
+                 help="Timing budget per timed function."),
+    click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (launch-bound kernels)."),
+    click.option("--no-baselines", is_flag=True, help="Do not time the reference baselines."),
+)
+
+
+def with_options(*groups):
+    """Decorate a command with these groups of options, in order."""
+
+    def decorate(func):
+        for decorator in reversed([d for group in groups for d in group]):
+            func = decorator(func)
+        return func
+
+    return decorate
 
 
 def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Options:
@@ -86,8 +101,8 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
         device=kw["device"], preset=kw["preset"], overrides=_overrides(kw["sets"]), protocol=kw["protocol"],
         probes=probes and not kw["no_probes"],
         check={"trials": kw["trials"], "atol": kw["atol"], "rtol": kw["rtol"], "seed": kw["seed"]},
-        timing={"enabled": timing, "budget_ms": kw["budget_ms"], "cuda_graph": kw["cuda_graph"],
-                "baselines": not kw["no_baselines"]},
+        timing={"enabled": timing, **({"budget_ms": kw["budget_ms"], "cuda_graph": kw["cuda_graph"],
+                                       "baselines": not kw["no_baselines"]} if "budget_ms" in kw else {})},
         worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"]},
         cache_dir=kw["cache_dir"] or default_cache_dir(), arch=kw["arch"],
         problems_root=kw["problems_root"] or base.problems_root,
@@ -202,7 +217,7 @@ def main() -> None:
 @main.command("eval")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
-@evaluation_options
+@with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 @click.option("--no-timing", is_flag=True, help="Skip timing.")
 def eval_command(problem: str, solutions: tuple[str, ...], no_timing: bool, **kw) -> None:
     """Evaluate SOLUTION(s) against PROBLEM: build, check, probe, time, report.
@@ -215,7 +230,7 @@ def eval_command(problem: str, solutions: tuple[str, ...], no_timing: bool, **kw
 @main.command("check")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
-@evaluation_options
+@with_options(COMMON_OPTIONS, CHECKING_OPTIONS)
 def check_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """Correctness and integrity only (no timing): the agents' run_correctness."""
     run_verb("check", problem, solutions, build_options(kw, timing=False), kw)
@@ -224,7 +239,7 @@ def check_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
 @main.command("bench")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
-@evaluation_options
+@with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def bench_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """Timing against the baselines, after the checks that make a time meaningful: the agents' benchmark."""
     run_verb("bench", problem, solutions, build_options(kw), kw)
@@ -233,7 +248,7 @@ def bench_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
 @main.command("submit")
 @click.argument("problem")
 @click.argument("solutions", nargs=-1)
-@evaluation_options
+@with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def submit_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
     """The full strict evaluation plus a hidden re-check with secret seeds; the verdict is recorded."""
     run_verb("submit", problem, solutions, build_options(kw), kw)
@@ -248,7 +263,7 @@ main.add_command(serve_command)
 @main.command("problems")
 @click.argument("root", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @PROBLEMS_ROOT
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def problems_command(root: Path | None, problems_root: Path | None, as_json: bool) -> None:
     """List the problems of a KernelBench-layout folder (default: --problems-root, else the built-in suite)."""
     from kerneljudge import sourcefile
@@ -299,9 +314,10 @@ def explain_command(code: str | None) -> None:
 @click.option("--jobs", "-j", default=2, show_default=True, help="Builds at once.")
 @click.option("--arch", default=None, help="CUDA arch list, e.g. 9.0 (needed when no GPU is visible).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda (what the builds target).")
-@click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s, show_default=True)
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=WorkerOptions.timeout_s,
+              show_default=True, help="Seconds for each build's worker.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one entry per SOLUTION.")
 def build_command(solutions: tuple[Path, ...], jobs: int, arch: str | None, device: str, timeout_s: float,
                   cache_dir: Path | None, as_json: bool) -> None:
     """Compile SOLUTION(s) into the build cache, in parallel worker processes (no GPU needed)."""
@@ -331,8 +347,8 @@ def cache_group() -> None:
 
 
 @cache_group.command("info")
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def cache_info(cache_dir: Path | None, as_json: bool) -> None:
     """Where the cache is and what it holds."""
     from kerneljudge import cache
@@ -348,7 +364,7 @@ def cache_info(cache_dir: Path | None, as_json: bool) -> None:
 
 @cache_group.command("clear")
 @click.argument("section", required=False, type=click.Choice(["builds", "triton", "baselines", "bandwidth"]))
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP)
 def cache_clear(section: str | None, cache_dir: Path | None) -> None:
     """Remove the cache (or one SECTION of it)."""
     from kerneljudge import cache

@@ -21,6 +21,7 @@ from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import Options, default_cache_dir, default_server_socket, default_store_path
 from kerneljudge.records import Result, jsonsafe
 
+PIPED_WIDTH = 10_000  # `history | grep ...` sees each row on one line
 _STORE_HELP = "Results database (default $KERNELJUDGE_STORE, else ~/.local/share/kerneljudge/results.sqlite)."
 
 
@@ -52,6 +53,8 @@ def history_command(problem: str | None, verdict: str | None, verb: str | None, 
         click.echo(json.dumps(jsonsafe(rows), indent=2))
         return
     console = Console()
+    if not console.is_terminal:  # piped or redirected: whole rows (Rich would fit them into 80 columns)
+        console = Console(width=PIPED_WIDTH)
     if not rows:
         console.print(f"no recorded results{' match' if path.exists() else ' yet'} (store: {path})")
         return

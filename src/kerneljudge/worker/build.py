@@ -1,30 +1,38 @@
 """Stage "build" inside the worker: import the problem and the candidate, compiling on the way.
 
 Candidates compile when imported (load_inline at module level, Triton at first launch). Builds are
-cached by content: the extension folder is named by a hash of the candidate's source, the torch and
-CUDA versions, the target architecture and the platform, so the same source is never compiled twice,
-and a file lock makes two workers building the same source at once build it once.
+cached by what is compiled: while the candidate is imported, torch's `load_inline` and `load` are
+wrapped so that each call builds in a folder named by a hash of its own arguments (sources, functions,
+flags, include paths, name, with_cuda...; a `load` source file by its content) and of the torch and
+CUDA versions, target architecture, platform, Python and compiler. The same extension is never compiled
+twice, however the Python around it changes, and a file lock makes two workers building the same
+extension at once build it once. Triton keys its own cache (cache folder `triton/`) by kernel source.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.util
-import json
+import inspect
 import os
 import platform
 import sys
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from kerneljudge import sourcefile
+from kerneljudge import cache, sourcefile
 from kerneljudge.records import Build, Finding
 from kerneljudge.proc.failures import Classified, classify
 
 COMPLETE_MARKER = "complete"
+LOCK_FILE = "kj.lock"  # not "lock": torch's own build baton is called that
+BUILD_FUNCTIONS = ("load_inline", "load")  # torch.utils.cpp_extension's JIT entry points
+NOT_COMPILED = ("build_directory", "verbose", "keep_intermediates")  # arguments that do not change the build
 
 
 @dataclass
@@ -34,14 +42,6 @@ class Loaded:
     problem: types.ModuleType
     candidate: types.ModuleType
     model_new: type
-
-
-def build_key(candidate_sha256: str, arch: str | None) -> str:
-    import torch
-
-    parts = [candidate_sha256, torch.__version__, torch.version.cuda, arch, platform.machine(),
-             list(sys.version_info[:2])]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
 def target_arch(device: str, requested: str | None) -> str | None:
@@ -54,6 +54,85 @@ def target_arch(device: str, requested: str | None) -> str | None:
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         return f"{major}.{minor}"
     return os.environ.get("TORCH_CUDA_ARCH_LIST")
+
+
+def toolchain(arch: str | None) -> list:
+    """What besides its arguments decides what a build produces."""
+    import torch
+
+    return [torch.__version__, torch.version.cuda, arch, sys.platform, platform.machine(),
+            list(sys.version_info[:2]), os.environ.get("CXX"), os.environ.get("CUDA_HOME")]
+
+
+@dataclass
+class ExtensionCache:
+    """The build cache as the candidate's load_inline/load calls see it: builds/<key>/<name>/ per call,
+    locked while it builds; records what each call cost and whether it was already built."""
+
+    root: Path
+    toolchain: list
+    clock_ms: Callable[[], float]
+    built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call, failed ones too
+    waited_ms: float = 0.0  # for other workers' builds of the same extension: not this build's time
+    progress: Callable[[str], None] = lambda message: None  # what is happening (a wait, a compile)
+
+    def key(self, function, args: tuple, kwargs: dict) -> tuple[inspect.BoundArguments, str]:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+        bound.apply_defaults()
+        compiled = {k: v for k, v in bound.arguments.items() if k not in NOT_COMPILED}
+        if function.__name__ == "load":
+            sources = compiled["sources"]
+            compiled["sources"] = [_file_digest(path) for path in ([sources] if isinstance(sources, str) else sources)]
+        return bound, cache.key(function.__name__, compiled, self.toolchain)
+
+    def wrap(self, function):
+        @functools.wraps(function)
+        def cached_build(*args, **kwargs):
+            try:
+                bound, key = self.key(function, args, kwargs)
+            except (TypeError, OSError):  # a bad call or a missing source file: torch says what is wrong
+                return function(*args, **kwargs)
+            folder = self.root / key
+            name = str(bound.arguments["name"])
+            bound.arguments["build_directory"] = str(folder / name)
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            with open(folder / LOCK_FILE, "w") as lock:
+                before = self.clock_ms()
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    self.progress(f"waiting for another worker building {name}")
+                    fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same extension waits, then hits
+                self.waited_ms += self.clock_ms() - before
+                hit = (folder / COMPLETE_MARKER).exists()
+                self.progress(f"loading {name} (build cache hit)" if hit else f"compiling {name} (not in the build cache)")
+                self.built.append((name, key, hit))
+                extension = function(*bound.args, **bound.kwargs)
+                (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+            return extension
+
+        cached_build.kj_unwrapped = function
+        return cached_build
+
+    def install(self) -> None:
+        """Route torch's JIT builds through this cache for the rest of the worker's life (the worker exists
+        for this candidate; an extension built lazily in forward lands in the cache too)."""
+        from torch.utils import cpp_extension
+
+        for name in BUILD_FUNCTIONS:
+            function = getattr(cpp_extension, name)
+            setattr(cpp_extension, name, self.wrap(getattr(function, "kj_unwrapped", function)))
+
+    def build(self, elapsed_ms: float) -> Build:
+        if not self.built:
+            return Build(elapsed_ms, "none", None)
+        return Build(elapsed_ms - self.waited_ms, "hit" if all(hit for _, _, hit in self.built) else "miss",
+                     ",".join(key for _, key, _ in self.built), tuple(sorted({name for name, _, _ in self.built})))
+
+
+def _file_digest(path: str) -> list[str]:
+    """A `load` source file: its name (the suffix picks the compiler) and the hash of its content."""
+    return [Path(path).name, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
 
 
 def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
@@ -97,37 +176,23 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
 def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Path, device: str,
                      arch: str | None, clock_ms, constants: dict | None = None, progress=lambda message: None,
                      ) -> tuple[types.ModuleType | None, Build, Classified | None]:
-    """Import the candidate under its build cache folder, with `constants` set (candidate_constants);
-    the failure, if any, comes back classified. `progress(message)` says what is happening (a wait for
-    another build, a compile)."""
-    if not kinds:
-        started = clock_ms()
-        module, failure = _import(path, sha256, constants)
-        return module, Build(clock_ms() - started, "none", None), failure
-    resolved_arch = target_arch(device, arch)
-    key = build_key(sha256, resolved_arch)
-    folder = cache_dir / "builds" / key
-    folder.mkdir(parents=True, exist_ok=True)
-    # this worker process exists for this candidate: its environment is where torch and triton look
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
-    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
-    if resolved_arch:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
-    with open(folder / "lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress("waiting for another worker building the same source")
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same source waits, then hits the cache
-        hit = (folder / COMPLETE_MARKER).exists()
-        progress(f"importing {Path(path).name} (build cache hit)" if hit else
-                 f"compiling {Path(path).name} ({', '.join(kinds)}; not in the build cache)")
-        started = clock_ms()  # the wait for another worker's build is not this build's time
-        module, failure = _import(path, sha256, constants)
-        if failure is None:
-            (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-    extensions = tuple(sorted(p.name for p in (folder / "torch_extensions").glob("*") if p.is_dir()))
-    return module, Build(clock_ms() - started, "hit" if hit else "miss", key, extensions), failure
+    """Import the candidate with its builds going through the build cache, with `constants` set
+    (candidate_constants); the failure, if any, comes back classified. `progress(message)` says what is
+    happening (a wait for another build, a compile)."""
+    builds = None
+    if kinds:
+        # this worker process exists for this candidate: its environment is where torch and triton look
+        os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
+        resolved_arch = target_arch(device, arch)
+        if resolved_arch:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
+        if {"cpp", "cuda"} & set(kinds):
+            builds = ExtensionCache(cache_dir / "builds", toolchain(resolved_arch), clock_ms, progress)
+            builds.install()
+    started = clock_ms()
+    module, failure = _import(path, sha256, constants)
+    elapsed_ms = clock_ms() - started
+    return module, builds.build(elapsed_ms) if builds else Build(elapsed_ms, "none", None), failure
 
 
 def find_model_new(module: types.ModuleType, stage: str) -> tuple[type | None, Finding | None]:
