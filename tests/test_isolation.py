@@ -354,16 +354,24 @@ def test_channel_messages_keep_their_boundaries(pipe):
     messages = [{"op": "ping", "n": 1}, {"findings": [], "poisoned": False, "x": [1.5, None, "é"]}, {}]
     for message in messages:
         channel.send(pipe["w"], message)
-    assert [channel.receive(pipe["r"], time.monotonic() + 5) for _ in messages] == messages
+    assert [channel.receive(pipe["r"], time.monotonic() + 5) for _ in messages] == [
+        {**m, "_blobs": []} for m in messages]
 
 
 def test_channel_carries_a_message_far_larger_than_the_pipe_buffer(pipe):
     big = {"blob": "x" * (8 * 2**20), "items": list(range(50_000))}
-    writer = threading.Thread(target=channel.send, args=(pipe["w"], big))
+    blobs = [bytes(range(256)) * 40_000, b"", b"\x00\xff"]  # raw bytes after the JSON, boundaries kept
+    writer = threading.Thread(target=channel.send, args=(pipe["w"], big, blobs))
     writer.start()
     received = channel.receive(pipe["r"], time.monotonic() + 30)
     writer.join(timeout=30)
-    assert received == big
+    assert received == {**big, "_blobs": blobs}
+
+
+def test_channel_refuses_malformed_blob_sizes(pipe):
+    channel._write_all(pipe["w"], channel._HEADER.pack(22) + b'{"_blobs": [-1, "x"]}\n'[:22])
+    with pytest.raises(channel.ChannelClosed):
+        channel.receive(pipe["r"], time.monotonic() + 5)
 
 
 def test_channel_nonfinite_floats_and_odd_values_cross_as_data(pipe):
@@ -410,4 +418,4 @@ def test_channel_deadline_uses_the_given_clock(pipe):
     channel.send(pipe["w"], {"op": "ping"})
     with pytest.raises(channel.ChannelTimeout):  # the deadline has passed on this clock, data or not
         channel.receive(pipe["r"], deadline=10.0, clock=lambda: 11.0)
-    assert channel.receive(pipe["r"], deadline=10.0, clock=lambda: 9.0) == {"op": "ping"}
+    assert channel.receive(pipe["r"], deadline=10.0, clock=lambda: 9.0) == {"op": "ping", "_blobs": []}

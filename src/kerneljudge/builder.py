@@ -51,8 +51,8 @@ def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
                                                       "kinds": list(candidate.kinds)}, options.arch))
     except WorkerFailure as failure:
         return BuildOutcome(candidate.path, None, (failure.finding,))
-    info = reply["build"]
-    return BuildOutcome(candidate.path, Build(**{**info, "extensions": tuple(info["extensions"])}),
+    info = reply.get("build")
+    return BuildOutcome(candidate.path, Build(**{**info, "extensions": tuple(info["extensions"])}) if info else None,
                         tuple(Finding.from_json(f) for f in reply["findings"]))
 
 

@@ -56,6 +56,7 @@ class WorkerProcess:
                  module: str = "kerneljudge.worker"):  # or REFEREE
         self.options = options
         self.module = module
+        self.stage: str | None = None  # the pipeline stage its requests serve (set by the pipeline)
         self.clock = clock
         self.process: subprocess.Popen | None = None
         self.dead = False
@@ -103,7 +104,7 @@ class WorkerProcess:
         """Send one request (with tensor blobs); raise WorkerFailure if the process cannot answer. The reply's
         blobs are under `_blobs`. Progress messages the process sends before its reply (`{"progress": {...}}`,
         with the request's nonce like the reply) go to `on_progress`."""
-        op = request.op
+        op = self.stage or request.op  # what a failure names: the pipeline's stage, else the request
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         nonce = secrets.token_hex(8)

@@ -53,8 +53,11 @@ class Run:
     on_progress: ProgressObserver = ignore
 
     @contextmanager
-    def stage(self, name: str, doing: str = ""):
+    def stage(self, name: str, doing: str = "", *processes: WorkerProcess):
+        """Time stage `name`, say what it does, and let `processes` name it in their failures."""
         self.on_progress(ProgressEvent(name, doing))
+        for process in processes:
+            process.stage = name
         started = self.clock_ms()
         try:
             yield
@@ -173,11 +176,11 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
     try:
         with worker, referee:
-            with run.stage("worker", "starting the worker and the referee (they import torch)"):
+            with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
                 hello = _ping(judging, worker)
                 _ping(judging, referee)
                 run.device, run.versions = hello["device"], hello["versions"]
-            with run.stage("build", "importing the problem and the candidate"):
+            with run.stage("build", "importing the problem and the candidate", worker, referee):
                 problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
@@ -186,21 +189,21 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 if reply.get("build"):
                     run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
                 judging.take(reply, "build")
-            with run.stage("check", f"{options.check.trials} correctness trials"):
+            with run.stage("check", f"{options.check.trials} correctness trials", worker, referee):
                 if not _check(run, judging, problem_data, seed):
                     return
             if options.probes:
-                with run.stage("probes", "integrity probes"):
+                with run.stage("probes", "integrity probes", worker, referee):
                     probe.run_probes(judging, seed)
                     run.probe_info = dict(judging.info)
                     if _blocked(judging):
                         return
             if options.hidden_recheck:
-                with run.stage("hidden-recheck", "trials on secret seeds"):
+                with run.stage("hidden-recheck", "trials on secret seeds", worker, referee):
                     if not _hidden_recheck(run, judging, seed):
                         return
             if options.timing.enabled and not run.failed and not _failed(judging):
-                with _timing_lock(run, worker), run.stage("timing", "timing the candidate and the baselines"):
+                with _timing_lock(run, worker), run.stage("timing", "timing the candidate and the baselines", worker, referee):
                     device_key = cache.key(run.device, run.versions)
                     problem_key = cache.key(problem.sha256, problem.constants, device_key,
                                             dataclasses.asdict(options.timing))

@@ -187,7 +187,7 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Pat
         if resolved_arch:
             os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
         if {"cpp", "cuda"} & set(kinds):
-            builds = ExtensionCache(cache_dir / "builds", toolchain(resolved_arch), clock_ms, progress)
+            builds = ExtensionCache(cache_dir / "builds", toolchain(resolved_arch), clock_ms, progress=progress)
             builds.install()
     started = clock_ms()
     module, failure = _import(path, sha256, constants)
