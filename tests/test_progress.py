@@ -26,7 +26,7 @@ def test_events_follow_the_stages_and_the_worker_tells_its_build_and_timing(fast
     assert [s for i, s in enumerate(starts) if s not in starts[:i]] == ["load", "worker", "build", "check", "probes",
                                                                          "timing"]
     built = [e.message for e in events if e.stage == "build"]
-    assert any("cpp_ext.py" in m and ("compiling" in m or "build cache hit" in m) for m in built), built
+    assert any("compiling" in m or "build cache hit" in m for m in built), built
     timed = [e for e in events if e.stage == "timing" and e.total]
     parts = [e.message for e in timed if ":" not in e.message]
     assert parts[:2] == ["candidate", "baseline eager"] and all(e.done <= e.total for e in timed)

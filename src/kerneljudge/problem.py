@@ -82,8 +82,9 @@ def _resolve(ref: str | Path, problems_root: Path | None) -> tuple[Path, str, bo
     if entry is not None:
         return entry.path, entry.name, True
     known = ", ".join(e.name.split("_")[0] for e in suite.list_problems())
-    raise ProblemError(f"no problem file {ref!r}: give a path to a .py file, a built-in name ({known}), or "
-                       "--problems-root DIR for the problems of a KernelBench checkout")
+    raise ProblemError(f"no problem file {ref!r}: give a path to a .py file, a built-in name ({known}), or a "
+                       "KernelBench checkout as the problems root (problems root option, or "
+                       "$KERNELJUDGE_PROBLEMS_ROOT) for its levelN/ID names")
 
 
 def _parsed(overrides: tuple[tuple[str, str], ...]) -> dict[str, sourcefile.Value]:

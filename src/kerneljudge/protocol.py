@@ -58,11 +58,14 @@ class Ping(Request):
 @dataclass(frozen=True)
 class TimeSetup(Request):
     """Prepare timing of `model` ("candidate", "eager" or "compile") over input sets drawn from
-    `set_seeds`. Reply: host_overhead_ms (GPU), output_bytes, input_bytes."""
+    `set_seeds`. Reply: input_sets; with `describe` (the referee: one untimed call, where torch.compile
+    compiles) input_bytes and output_bytes too. The candidate is not called here: its first call sees
+    input sets whose values no call has seen."""
     op: ClassVar[str] = "time-setup"
     model: str
     set_seeds: list[int]
     method: str  # "cuda-events", "cuda-graph" or "host-clock"
+    describe: bool = False
 
 
 @request

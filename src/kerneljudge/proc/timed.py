@@ -40,7 +40,10 @@ class TimedModel:
             self.timer = timing.HostTimer(clock_ns, flush=timing.CpuCacheFlusher())
         self._pending_refills: dict[int, int] = {}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, call: bool) -> dict[str, Any]:
+        """How many input sets fit; with `call`, one untimed call for the bytes it reads and writes."""
+        if not call:
+            return {"input_sets": len(self.sets)}
         with torch.inference_mode():
             out = self.call(self.sets[0])
         synchronize(self.device)

@@ -177,7 +177,7 @@ class Referee:
         self.timed = TimedModel(lambda args: model(*args), session.problem, self.device, request.set_seeds,
                                 request.method, _clock_ns)
         try:
-            return self.timed.describe(), []  # torch.compile compiles here, outside the timing
+            return self.timed.describe(request.describe), []  # torch.compile compiles here, outside the timing
         except Exception as exc:  # noqa: BLE001
             self.timed = None
             return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}, []

@@ -123,8 +123,11 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
              check: bool = False) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
     """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable)."""
     opts = j.options.timing
+    parts = _parts(opts)
+    part = list(parts).index(model) + 1
+    j.tell(STAGE, parts[model], part, len(parts))
     set_seeds = [fresh_seed() for _ in range(opts.input_sets)]
-    ready = process.call(protocol.TimeSetup(model, set_seeds, _method(j.device, opts)))
+    ready = process.call(protocol.TimeSetup(model, set_seeds, _method(j.device, opts), describe=process is j.referee))
     if ready.get("unavailable"):
         return None, None, 0, str(ready["unavailable"])[:400]
     j.take(ready, STAGE)
@@ -153,7 +156,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     def after(i: int) -> None:
         if clock_ms() - told["ms"] >= PROGRESS_EVERY_MS:
             told["ms"] = clock_ms()
-            j.tell(STAGE, f"{model}: {i + 1} calls", i + 1, opts.max_runs)
+            j.tell(STAGE, f"{parts[model]}: {checked['calls'] + 1} calls", part, len(parts))
         # whether this output is checked is decided only now, here, after its batch returned
         checked["calls"] += 1
         drawn = checked["calls"] - 1 in forced or chooser.random() < CHECK_PROBABILITY
@@ -172,6 +175,14 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         j.findings.append(Finding.of("tampering", f"the {model} timing's reply was malformed: {exc}", stage=STAGE))
         raise StageEnded() from None
     return measured, timer, checked["n"], None
+
+
+def _parts(opts) -> dict[str, str]:
+    """What the timing stage measures, in order, as progress names them."""
+    parts = {"candidate": "candidate", "eager": "baseline eager" if opts.baselines else "calibration (eager)"}
+    if opts.baselines and opts.compile_baseline:
+        parts["compile"] = "baseline compile"
+    return parts
 
 
 def _check_timed_output(j: Judging, i: int, seed: int) -> None:

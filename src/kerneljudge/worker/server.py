@@ -298,11 +298,7 @@ class Worker:
         if made.failure:
             return _reply([made.failure.finding], poisoned=made.failure.poisoned)
         self.timed = made.value
-        described = guarded(self.timed.describe, stage="timing", code="forward-error",
-                            what="ModelNew.forward (while timed)", source_file=self._source())
-        if described.failure:
-            return _reply([described.failure.finding], poisoned=described.failure.poisoned)
-        return _reply([], **described.value)
+        return _reply([], **self.timed.describe(False))
 
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
