@@ -14,6 +14,7 @@ import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
 from kerneljudge import timing as T  # noqa: E402
+from stream_hold import held_cuda_event_timer, held_event_timer, host_overhead_ms, spin_cycles_per_ms, spin_hold  # noqa: E402
 
 
 def main() -> None:
@@ -22,10 +23,10 @@ def main() -> None:
     flush = T.L2Flusher.for_cuda_device(device)
     a, b, c = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(3))
     fn = lambda: torch.mm(a, b, out=c)  # noqa: E731
-    cycles = T.spin_cycles_per_ms(device)
-    unheld = T.host_overhead_ms(lambda i: fn(), clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
-    held = T.held_event_timer(device, flush, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
-                                 sync=torch.cuda.synchronize, cycles_per_ms=cycles)
+    cycles = spin_cycles_per_ms(device)
+    unheld = host_overhead_ms(lambda i: fn(), clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
+    held = held_event_timer(device, flush, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
+                              sync=torch.cuda.synchronize, cycles_per_ms=cycles)
     print(f"spin cycles/ms {cycles:.0f}; host overhead per call {unheld:.4f} ms measured without a hold, "
           f"{held.host_overhead_ms:.4f} ms with the device held -> the judge's hold per batch of 4: "
           f"{held.hold_ms:.3f} ms")
@@ -33,8 +34,8 @@ def main() -> None:
     for r in range(3):
         row = []
         for hold_ms in (0.0, 0.02, 0.1, 0.3, 1.0, 3.0):
-            hold = T.spin_hold(hold_ms, cycles) if hold_ms else None
-            timer = T.cuda_event_timer(device, flush, hold, batch=4)
+            hold = spin_hold(hold_ms, cycles) if hold_ms else None
+            timer = held_cuda_event_timer(device, flush, hold, batch=4)
             m = T.measure(lambda i: fn(), timer=timer, stop=stop, warmup_runs=4, warmup_ms=300.0,
                           wall_clock_ms=T.perf_counter_ms)
             firsts = m.samples_ms[0::4]

@@ -27,7 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kerneljudge import sourcefile, timing  # noqa: E402
+from kerneljudge import timing  # noqa: E402
+from stream_hold import held_event_timer  # noqa: E402
 
 PROBLEM = ROOT / "src/kerneljudge/suite/level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd.py"
 SOLUTIONS = ROOT / "src/kerneljudge/suite/solutions/level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd"
@@ -48,9 +49,9 @@ def load(path: Path, name: str):
 def time_fn(fn, sets, device):
     """Device time as the judge measures it: events in batches, L2 flush, the stream held while the host
     enqueues a launch-bound call."""
-    timer, overhead_ms, _ = timing.held_event_timer(device, timing.L2Flusher.for_cuda_device(device),
-                                                 lambda i: fn(*sets[i % len(sets)]), batch=len(sets),
-                                                 clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
+    timer, overhead_ms, _ = held_event_timer(device, timing.L2Flusher.for_cuda_device(device),
+                                          lambda i: fn(*sets[i % len(sets)]), batch=len(sets),
+                                          clock_ns=time.perf_counter_ns, sync=torch.cuda.synchronize)
     stop = timing.StopRule(min_runs=20, max_runs=2000, min_time_ms=200, budget_ms=3000, target_rel_sem=0.003)
     with torch.inference_mode():
         m = timing.measure(lambda i: fn(*sets[i % len(sets)]), timer=timer, stop=stop, warmup_runs=5,

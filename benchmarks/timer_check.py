@@ -41,6 +41,7 @@ try:
 except ImportError:
     sys.path.insert(0, str(_SRC))
     from kerneljudge import timing as T
+from stream_hold import held_event_timer, spin_cycles_per_ms  # noqa: E402  (this folder; torch imported lazily)
 
 BOUNDS = {
     "agree_rel": 0.03,  # |ours / do_bench - 1|
@@ -272,12 +273,13 @@ def main() -> int:
             persisting_l2=flusher.persisting_l2_note,
         )
         print(f"device: {device_name}; L2 {flusher.l2_cache_bytes / 2**20:.1f} MiB; {flusher.persisting_l2_note}")
-        cycles_per_ms = T.spin_cycles_per_ms(device)
+        cycles_per_ms = spin_cycles_per_ms(device)
 
         def timer_for(fn: Callable[[], object]) -> T.CallTimer:
-            """The judge's timer (worker/timing_stage.py): batches of 4 (one call per input set), held."""
-            return T.held_event_timer(device, flusher, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
-                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles_per_ms).timer
+            """The judge's timer before the referee split (stream_hold.py): batches of 4 (one call per
+            input set), held."""
+            return held_event_timer(device, flusher, lambda i: fn(), batch=4, clock_ns=time.perf_counter_ns,
+                                    sync=torch.cuda.synchronize, cycles_per_ms=cycles_per_ms).timer
 
         sync = torch.cuda.synchronize
         copy_bytes = 1 << 30

@@ -6,7 +6,7 @@ prints the median of each; after all rounds, the spread (max/min - 1) of each va
   per-call        CudaEventTimer + L2Flusher, the host waits after each call
   per-call+hold   the same with a spin kernel holding the stream while the host enqueues
   batch-4         4 calls (flush, start, fn, end each) enqueued back to back, one wait per batch
-  batch-4+hold    the same, held once per batch: the judge's timer (timing.held_event_timer)
+  batch-4+hold    the same, held once per batch: the judge's timer then (stream_hold.held_event_timer)
   batch-16        16 calls per batch
   do_bench        triton.testing.do_bench, median
 Run: python benchmarks/timer_variants.py   (GPU; about a minute on an H200)
@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import triton.testing  # noqa: E402
 
 from kerneljudge import timing as T  # noqa: E402
+from stream_hold import held_event_timer, spin_cycles_per_ms  # noqa: E402
 
 ROUNDS = 5
 BUDGET_MS = 800.0
@@ -42,11 +43,11 @@ def main() -> None:
     src = torch.empty(1 << 30, dtype=torch.uint8, device=device).fill_(1)
     dst = torch.empty_like(src)
     kernels = {"matmul": lambda: torch.mm(a, b, out=c), "copy": lambda: dst.copy_(src)}
-    cycles = T.spin_cycles_per_ms(device)
+    cycles = spin_cycles_per_ms(device)
     for name, fn in kernels.items():
-        def held(batch: int) -> T.CudaEventTimer:
-            return T.held_event_timer(device, flush, lambda i: fn(), batch=batch, clock_ns=time.perf_counter_ns,
-                                      sync=torch.cuda.synchronize, cycles_per_ms=cycles).timer
+        def held(batch: int) -> T.CallTimer:
+            return held_event_timer(device, flush, lambda i: fn(), batch=batch, clock_ns=time.perf_counter_ns,
+                                    sync=torch.cuda.synchronize, cycles_per_ms=cycles).timer
 
         variants = {
             "per-call": lambda: median_ms(fn, T.cuda_event_timer(device, flush)),

@@ -342,26 +342,13 @@ def test_warmup_lasts_a_minimum_time_as_well_as_a_count():
     assert len(m.samples_ms) == 2
 
 
-def test_cuda_event_timer_hold_runs_after_flush_and_outside_the_interval():
-    clock, log = FakeClock(), []
-    factory, _ = fake_event_factory(clock, log)
-
-    def hold():
-        log.append("hold")
-        clock.advance_ms(0.5)
-
-    timer = T.CudaEventTimer(factory, lambda: log.append("flush"), hold=hold)
-    assert timer.time_call(lambda: clock.advance_ms(2.0)) == pytest.approx(2.0)
-    assert log[:3] == ["flush", "hold", "start.record"]
-
-
 def test_batched_event_timer_enqueues_calls_back_to_back_and_waits_once():
     clock, log = FakeClock(), []
     factory, made = fake_event_factory(clock, log)
-    timer = T.CudaEventTimer(factory, lambda: log.append("flush"), hold=lambda: log.append("hold"), batch=3)
+    timer = T.CudaEventTimer(factory, lambda: log.append("flush"), batch=3)
     calls = [T.IterationCall(lambda i: (log.append(f"fn{i}"), clock.advance_ms(i + 1.0)), i) for i in range(3)]
     assert timer.time_calls(calls, before=lambda i: log.append(f"before{i}")) == pytest.approx([1.0, 2.0, 3.0])
-    assert log == ["before0", "flush", "hold", "start.record", "fn0", "end.record",  # one hold, for the batch
+    assert log == ["before0", "flush", "start.record", "fn0", "end.record",
                    "before1", "flush", "start1.record", "fn1", "end1.record",
                    "before2", "flush", "start2.record", "fn2", "end2.record", "end2.synchronize"]  # one wait
     assert len(made) == 6
@@ -390,21 +377,6 @@ def test_measure_in_batches_runs_hooks_outside_the_intervals_and_cuts_at_max_run
     timed = events[12:]  # after the warm-up batch's 12 events
     assert timed[:12] == [("before", 0), ("call", 0), ("before", 1), ("call", 1), ("before", 2), ("call", 2),
                           ("before", 3), ("call", 3), ("after", 0), ("after", 1), ("after", 2), ("after", 3)]
-
-
-def test_host_overhead_and_hold_length():
-    clock = FakeClock()
-    log = []
-    overhead = T.host_overhead_ms(lambda i: (log.append(f"call{i}"), clock.advance_ms(0.25)), clock_ns=clock.ns,
-                                  sync=lambda: log.append("sync"), calls=8, hold=lambda: log.append("hold"))
-    assert overhead == pytest.approx(0.25)
-    # the device is held before the calls, which queue behind it; syncs outside the measured span
-    assert log == ["sync", "hold"] + [f"call{i}" for i in range(8)] + ["sync"]
-    assert T.hold_for(0.25) == pytest.approx(0.52)
-    assert T.hold_for(0.25, calls=4) == pytest.approx(4 * 0.52)  # a batch of four calls
-    assert T.hold_for(2.5, calls=4) == 8.0  # capped per call
-    waiting = T.OVERHEAD_PROBE_HOLD_MS / T.OVERHEAD_PROBE_CALLS  # enqueueing outlasted the probe's hold
-    assert T.hold_for(waiting) == 0.0 and T.hold_for(0.99 * waiting) == 2.0
 
 
 def test_cuda_event_timer_drives_measure_loop():
@@ -512,7 +484,7 @@ def test_last_level_cache_bytes_reads_sysfs_layout(tmp_path):
         (tmp_path / idx / "size").write_text(size + "\n")
     assert T.last_level_cache_bytes(str(tmp_path)) == 32 * 1024 * 1024
     assert T.last_level_cache_bytes(str(tmp_path / "missing"), fallback_bytes=123) == 123
-    assert T._parse_cache_size("2M") == 2 << 20
+    assert T.flush._parse_cache_size("2M") == 2 << 20
 
 
 # ---------------------------------------------------------------- roofline

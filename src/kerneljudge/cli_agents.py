@@ -18,7 +18,7 @@ from rich.text import Text
 from kerneljudge import findings as catalog
 from kerneljudge import report
 from kerneljudge.errors import KernelJudgeError
-from kerneljudge.options import Options, default_cache_dir, default_server_socket, default_store_path
+from kerneljudge.options import VERBS, Options, default_cache_dir, default_server_socket, default_store_path
 from kerneljudge.records import Result, jsonsafe
 
 PIPED_WIDTH = 10_000  # `history | grep ...` sees each row on one line
@@ -34,8 +34,7 @@ def _store(path: Path | None):
 @click.command("history")
 @click.option("--problem", default=None, help="Only this problem (a name such as level2/51 or l2/51, or a file stem).")
 @click.option("--verdict", type=click.Choice(["pass", "fail", "error"]), default=None, help="Only this verdict.")
-@click.option("--verb", type=click.Choice(["evaluate", "check", "bench", "submit"]), default=None,
-              help="Only records made by this verb.")
+@click.option("--verb", type=click.Choice(VERBS), default=None, help="Only records made by this verb.")
 @click.option("--candidate", "candidate_sha", default=None, metavar="SHA",
               help="Only this candidate (sha256 of its source, or a prefix of 6+ characters).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="At most this many rows.")

@@ -33,10 +33,9 @@ import kerneljudge
 from kerneljudge import api, channel, suite
 from kerneljudge.errors import KernelJudgeError, UsageError
 from kerneljudge.isolation import WorkerPool
-from kerneljudge.options import Options
+from kerneljudge.options import VERBS, Options
 from kerneljudge.records import Result
 
-VERBS = ("evaluate", "check", "bench", "submit")
 #: How long the server waits for a connected client's request before hanging up.
 REQUEST_WAIT_S = 30.0
 #: How long a client waits for the server to take its request before saying that it waits.

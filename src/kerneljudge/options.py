@@ -24,6 +24,10 @@ from kerneljudge.errors import KernelJudgeError, UsageError
 
 Protocol = Literal["strict", "kernelbench"]
 Interface = Literal["cli", "python", "mcp"]
+#: The evaluation verbs (api.evaluate/check/bench/submit): the CLI's commands, what a server request and a
+#: stored record name. Defined here once; the store, the server and `history --verb` use VERBS.
+Verb = Literal["evaluate", "check", "bench", "submit"]
+VERBS: tuple[Verb, ...] = get_args(Verb)
 
 #: How an interface names an Options field where the name is not the default one (the CLI: the field's
 #: last part as a flag, `timing.budget_ms` -> `--budget-ms`; Python and MCP: the last part, `budget_ms`).

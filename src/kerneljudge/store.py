@@ -29,13 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from kerneljudge.errors import StoreError
+from kerneljudge.options import VERBS
 from kerneljudge.records import Result, jsonsafe
 
 #: Bumped whenever the table layout changes; stored in `PRAGMA user_version`.
 SCHEMA_VERSION = 1
-
-#: The verbs a record can come from (api.evaluate/check/bench/submit).
-VERBS = ("evaluate", "check", "bench", "submit")
 
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
