@@ -111,6 +111,8 @@ class MakeInputs(Request):
     seed: int
     kernelbench: bool = False
     expect: bool = True  # False: inputs only (a call whose output is not compared)
+    float64: bool = True  # False: the native reference only (a timed output's check)
+    send: bool = True  # False: keep the inputs here (the worker drew the same ones from the seed)
 
 
 @request

@@ -106,10 +106,13 @@ class Referee:
 
     def make_inputs(self, request: protocol.MakeInputs, blobs: list) -> Reply:
         try:
-            inputs = self.session.draw(request.seed, kernelbench=request.kernelbench, expect=request.expect)
+            inputs = self.session.draw(request.seed, kernelbench=request.kernelbench, expect=request.expect,
+                                       float64=request.float64)
         except Exception as exc:  # noqa: BLE001 - the problem's get_inputs or the reference's forward
             failure = classify(exc, stage="check", code="problem-error", what="the reference (inputs or forward)")
             return {"findings": [failure.finding.to_json()]}, []
+        if not request.send:
+            return {}, []
         meta, input_blobs = tensorwire.pack_values(inputs)
         return {"inputs": meta}, input_blobs
 

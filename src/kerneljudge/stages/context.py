@@ -50,10 +50,13 @@ class Judging:
         return reply
 
     # ---- the relay --------------------------------------------------------------------------------
-    def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True) -> dict[str, Any]:
+    def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True,
+             timed: bool = False) -> dict[str, Any]:
         """Inputs from `seed`, drawn by the referee (which keeps the reference's outputs for them unless
-        `expect` is False)."""
-        return self.take(self.referee.call(protocol.MakeInputs(seed, kernelbench, expect)), stage)
+        `expect` is False). `timed`: for a timed output's check, where the worker drew the inputs itself
+        from the seed: nothing is sent back and only the native reference is computed."""
+        request = protocol.MakeInputs(seed, kernelbench, expect, float64=not timed, send=not timed)
+        return self.take(self.referee.call(request), stage)
 
     def forward(self, drawn: dict[str, Any], stage: str, **flags: Any) -> dict[str, Any]:
         """The candidate on relayed inputs; the worker's reply (its output as data and blobs)."""

@@ -12,6 +12,7 @@ inputs of every timed call after the first round come from fresh secret seeds (s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 GUARANTEED_CHECKS = 2
+MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 # How much more unexplained time per call the candidate's batches may leave than the reference's under
 # the same loop before its claimed times are not believed: an absolute part (channel and scheduling
 # jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
@@ -144,6 +146,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
     timer = RemoteTimer(process, sets if j.device.startswith("cuda") else 1, clock_ms)
+    # enough batches for the cross-check's medians, where the budget allows
+    least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
+    stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     chooser = random.SystemRandom()
     checked = {"n": 0, "calls": 0}
     # besides the checks drawn with CHECK_PROBABILITY, GUARANTEED_CHECKS at secret positions among the first
@@ -159,6 +164,10 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         used.add(k)
 
     told = {"ms": float("-inf")}
+    checking = {"ms": 0.0}  # time spent checking outputs: not the timing budget's
+
+    def loop_clock_ms() -> float:
+        return clock_ms() - checking["ms"]
 
     def after(i: int) -> None:
         if clock_ms() - told["ms"] >= PROGRESS_EVERY_MS:
@@ -170,11 +179,14 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         if not check or checked["n"] >= opts.checked_calls or not drawn:
             return
         checked["n"] += 1
+        started = clock_ms()
         _check_timed_output(j, i, current[i % sets])
+        checking["ms"] += clock_ms() - started
 
     try:
         measured = timing.measure(lambda i: None, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
-                                  warmup_ms=opts.warmup_ms, wall_clock_ms=clock_ms, before=before, after=after)
+                                  warmup_ms=opts.warmup_ms, wall_clock_ms=loop_clock_ms, before=before, after=after,
+                                  on_measuring=timer.slacks_ms.clear)
     except TimedCallFailed:
         j.findings.extend(timer.findings)
         raise StageEnded() from None
@@ -199,7 +211,7 @@ def _check_timed_output(j: Judging, i: int, seed: int) -> None:
     exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
     if exported.get("reused") is True:
         return  # a later call of the batch wrote into this output (the output-alias probe's finding)
-    j.draw(seed, STAGE)
+    j.draw(seed, STAGE, timed=True)
     trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed")
     if not trial.passed:
         j.findings.append(Finding.of("timed-output-mismatch", f"timed call {i}: {trial.message}", stage=STAGE, call=i))

@@ -64,6 +64,7 @@ def measure(
     warmup_ms: float = 0.0,
     before: Callable[[int], None] | None = None,
     after: Callable[[int], None] | None = None,
+    on_measuring: Callable[[], None] | None = None,
 ) -> Measurement:
     """The one measurement loop.
 
@@ -109,6 +110,8 @@ def measure(
         run_batch(i)
         i += batch
     warmed = i
+    if on_measuring is not None:  # the warm-up is over (a caller that keeps per-batch figures resets here)
+        on_measuring()
     t0 = wall_clock_ms()
 
     samples: list[float] = []
