@@ -29,7 +29,7 @@ WATCHED = (
     ("torch", "nn.Module.__call__"), ("torch", "nn.Module.load_state_dict"), ("torch", "nn.Module.state_dict"),
     ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "Event.record"),
     ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"), ("torch.cuda", "current_stream"),
-    ("torch.cuda", "Stream.synchronize"), ("torch.cuda", "graphs.CUDAGraph.replay"),
+    ("torch.cuda", "Stream.synchronize"), ("torch.cuda", "graphs.CUDAGraph.replay"), ("torch.cuda", "_sleep"),
     ("torch.profiler", "profile"), ("torch", "autograd.profiler.profile"),
 )
 
