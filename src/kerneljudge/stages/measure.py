@@ -30,6 +30,8 @@ NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
+CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
+CONFIRM_FIRST_CALL = 1 << 30  # call indices of the confirming rounds (after any the loop can reach)
 # How much more unexplained time per call the candidate's batches may leave than the reference's under
 # the same loop before its claimed times are not believed: an absolute part (channel and scheduling
 # jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
@@ -184,7 +186,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         checking["ms"] += clock_ms() - started
 
     try:
-        measured = timing.measure(lambda i: None, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
+        measured = timing.measure(_nothing, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
                                   warmup_ms=opts.warmup_ms, wall_clock_ms=loop_clock_ms, before=before, after=after,
                                   on_measuring=timer.slacks_ms.clear)
     except TimedCallFailed:
@@ -233,7 +235,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                                      f"({candidate.stop_reason})", stage=STAGE))
     baselines, cached = _baselines(j, stop, clock_ms, problem_key)
     after = baselines.pop("_eager_timer")
-    slack = _cross_check(j, timer, before, after, stats.median_ms)
+    slack = _cross_check(j, timer, before, after, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines, cached,
                    stop_rule={k: getattr(opts, k) for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
@@ -272,9 +274,12 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
 
 
 def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None, after: RemoteTimer | None,
-                 median_ms: float) -> dict:
+                 median_ms: float, clock_ms: Callable[[], float]) -> dict:
     """The candidate's unexplained time per call against the reference's under the same loop, measured just
-    before and just after it (their difference is the drift of the machine's conditions, allowed for)."""
+    before and just after it (their difference is the drift of the machine's conditions, allowed for). An
+    excess beyond the tolerance is looked at again, with the two taking turns (`_confirm`), before the
+    candidate is accused: another process loading the machine while only the candidate was timed is not
+    the candidate's doing."""
     references = [t for t in (before, after) if t is not None and t.slacks_ms]
     if not references:
         return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
@@ -285,12 +290,47 @@ def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None,
     tolerance = SLACK_TOLERANCE_MS + SLACK_TOLERANCE_REL * median_ms + SLACK_NOISE_FACTOR * _spread(pooled) + drift
     result = {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": round(reference_ms, 6),
               "drift_ms": round(drift, 6), "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
-    if excess > tolerance:
+    if excess <= tolerance:
+        return result
+    try:
+        paired_excess, paired_tolerance = _confirm(j, candidate, median_ms, clock_ms)
+    except TimedCallFailed:
+        j.findings.extend(candidate.findings)
+        return result
+    except protocol.Untrusted as exc:
+        j.findings.append(Finding.of("tampering", f"the candidate timing's reply was malformed: {exc}", stage=STAGE))
+        return result
+    result.update(paired_excess_ms=round(paired_excess, 6), paired_tolerance_ms=round(paired_tolerance, 6))
+    if paired_excess > paired_tolerance:
         j.findings.append(Finding.of(
             "timing-tampering", f"the candidate's batches took {excess:.4g} ms per call more than the times it reported "
             f"explain (the reference's batches under the same loop: {reference_ms:.4g} ms unexplained; "
-            f"tolerance {tolerance:.3g} ms): its reported times are not believed", stage=STAGE, **result))
+            f"tolerance {tolerance:.3g} ms), and {paired_excess:.4g} ms more when the two took turns (tolerance "
+            f"{paired_tolerance:.3g} ms): its reported times are not believed", stage=STAGE, **result))
     return result
+
+
+def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> tuple[float, float]:
+    """CONFIRM_ROUNDS rounds of one candidate batch and one reference batch in turn, every input set
+    refilled: the median of the paired slack differences, and its tolerance (from the reference's spread)."""
+    opts = j.options.timing
+    j.take(j.referee.call(protocol.TimeSetup("calibration", [fresh_seed() for _ in range(opts.input_sets)],
+                                             _method(j.device, opts))), STAGE)
+    reference = RemoteTimer(j.referee, candidate.batch, clock_ms)
+    differences, reference_slacks = [], []
+    for round_index in range(CONFIRM_ROUNDS):
+        first = CONFIRM_FIRST_CALL + round_index * candidate.batch
+        for timer in (candidate, reference):
+            timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
+            timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
+        differences.append(candidate.slacks_ms[-1] - reference.slacks_ms[-1])
+        reference_slacks.append(reference.slacks_ms[-1])
+    tolerance = SLACK_TOLERANCE_MS + SLACK_TOLERANCE_REL * median_ms + SLACK_NOISE_FACTOR * _spread(reference_slacks)
+    return _median(differences), tolerance
+
+
+def _nothing(index: int) -> None:
+    """The timed call's stand-in on the judge's side (the call itself runs in the timed process)."""
 
 
 def _floor(j: Judging, device_key: str, median_ms: float) -> dict[str, Any]:
