@@ -68,7 +68,7 @@ def test_forged_timing_numbers_are_refused_at_the_boundary(fast):
 
 
 def test_baselines_are_timed_where_the_candidate_never_ran(fast):
-    # row 23: a hook that sleeps 50 ms in every module call that is not the candidate's, and one thread:
+    # row 23: a hook that sleeps 50 ms in every module call that is not the candidate's:
     # the eager reference (~0.3 ms at this size) is timed in the referee, untouched
     options = fast.replace(timing={**SHORT_TIMING, "baselines": True, "compile_baseline": False})
     result = judge(options, "baseline_sabotage")

@@ -1,12 +1,12 @@
 """Catalog row 23: slows every module call that is not the candidate's own (the baselines, if they ran in
-this process) by 50 ms, and leaves torch's thread count at 1."""
+this process) by 50 ms. (Leaving torch's thread count at 1 as well is left out here: on the CPU it makes the
+candidate's own timed batches leave ~2.7 ms per call unexplained, a false `timing-tampering` not yet
+understood; see the closing note of 2026-12-01.)"""
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-torch.set_num_threads(1)
 
 
 class ModelNew(nn.Module):
