@@ -64,7 +64,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("compare-nan-passes", "referee/compare.py",
              "bad_finite = finite & ~(diff <= atol + rtol * t.abs())",
              "bad_finite = finite & (diff > atol + rtol * t.abs())",
-             (_k(KILLS, "half_written"),), "a NaN difference compares false, so a NaN output would pass"),
+             (_k(KILLS, "one_nan"),), "a NaN difference compares false, so a NaN output would pass"),
     Mutation("compare-float64-fallback-off", "referee/compare.py",
              "elif not all(_close(r, t, atol, rtol)[0] for r, t in zip(refs, truths)):",
              "elif False:",
@@ -154,9 +154,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_mcp.py::test_benchmark_and_submit",)),
     # --- worker/server.py: what the worker reports -------------------------------------------------------
     Mutation("worker-inputs-reported-as-sent", "worker/server.py",
-             'data["inputs_after"], after_blobs = tensorwire.pack_values(args)',
-             'data["inputs_after"], after_blobs = tensorwire.pack_values('
-             'tensorwire.unpack_values(request.inputs, blobs, self.device))',
+             'called = self._call(args, "ModelNew.forward", "check")',
+             'called = self._call(clone_args(args), "ModelNew.forward", "check")',
              (_k(INTEGRITY, "test_input_mutation"),), "the inputs as they were before the call"),
     Mutation("worker-alias-report-off", "worker/server.py",
              "        if request.alias:\n", "        if False:\n",
