@@ -82,7 +82,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(INTEGRITY, "drifting_with_a_call_counter"),)),
     Mutation("perturb-in-place-noop", "referee/compare.py",
              "t.mul_(_uniform(t, generator, 0.5, 1.5))", "t.mul_(1.0)",
-             (_k(INTEGRITY, "stale_first_call"),), "biases still shift by up to 0.1"),
+             (_k(INTEGRITY, "stale_first_call"), _k(KILLS, "cached_from_a_buffer")),
+             "parameters still shift by up to 0.1; buffers no longer change"),
     # --- referee/server.py and session.py -------------------------------------------------------------
     Mutation("referee-input-mutation-unchecked", "referee/server.py",
              "if after is not None and not same_bits(kept.inputs, after):", "if False:",

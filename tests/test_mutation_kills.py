@@ -189,3 +189,14 @@ def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fas
         assert measured == ["eager"] and cached == ["compile"] and found["compile"]["median_ms"] == planted_ms
     else:
         assert measured == ["eager", "compile"] and cached == [] and found["compile"]["median_ms"] == compiled_ms
+
+
+# --- the parameter probes change buffers too -------------------------------------------------------------
+
+
+def test_a_value_cached_from_a_buffer_is_stale_after_the_in_place_change(fast):
+    result = api.check(MUTATION / "buffer_problem.py", MUTATION / "stale_buffer.py", fast)
+    assert all(t.passed for t in result.trials)  # the trials alone do not see it
+    assert result.verdict == "fail" and failing(result) == ["stale-parameters"]
+    stale = [f.message for f in result.findings if f.code == "stale-parameters"]
+    assert len(stale) == 1 and "changed in place" in stale[0]  # replacing parameter objects leaves buffers be
