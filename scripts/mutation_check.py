@@ -1,0 +1,277 @@
+"""Mutation check of the code every verdict depends on (issue #21): does the suite catch a broken judge?
+
+Each named mutation changes one exact snippet of the trust-critical code (the comparison and its
+tolerances, each probe, the verdict, the hidden re-check, the timed-output checks, the floor, the
+baselines' cache, the isolation limits, the store write, the KernelBench protocol) and names the tests
+that should catch it. For each: src/ is copied to a temporary folder, the snippet is replaced there (it
+must occur exactly once), and `python -m pytest -q -x TESTS` runs with PYTHONPATH on the mutated copy (the
+worker and referee processes the tests start inherit it). The mutant is killed when the tests fail,
+survives when they pass. The working tree is never changed.
+
+    python scripts/mutation_check.py            # the baseline (every named test, unmutated), then each mutation
+    python scripts/mutation_check.py --list     # the mutations and their tests
+    python scripts/mutation_check.py --only compare-bound-10x --only hidden-recheck-always-ok
+    python scripts/mutation_check.py --markdown # a table for docs/mutation.md
+
+Results are in docs/mutation.md (date, command, score, each survivor explained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 300  # per mutation; a mutant that hangs the tests past it counts as killed ("timeout")
+
+KILLS = "tests/test_mutation_kills.py"
+INTEGRITY = "tests/test_integrity.py"
+REFEREE = "tests/test_referee.py"
+ISOLATION = "tests/test_isolation.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # under src/kerneljudge/
+    original: str
+    replacement: str
+    tests: tuple[str, ...]  # pytest node ids (or FILE::-k EXPR written as "FILE -k EXPR")
+    why: str = ""
+
+
+def _k(file: str, expression: str) -> str:
+    return f"{file} -k {expression}"
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- referee/compare.py: the comparison and its tolerances ---------------------------------------
+    Mutation("compare-bound-10x", "referee/compare.py",
+             "bad_finite = finite & ~(diff <= atol + rtol * t.abs())",
+             "bad_finite = finite & ~(diff <= 10 * (atol + rtol * t.abs()))",
+             (_k(KILLS, "off_by_twice"),), "the bound 10x looser while the reported atol stays"),
+    Mutation("compare-rtol-dropped", "referee/compare.py",
+             "bad_finite = finite & ~(diff <= atol + rtol * t.abs())",
+             "bad_finite = finite & ~(diff <= atol)",
+             (_k(KILLS, "off_by_twice"),)),
+    Mutation("compare-nan-passes", "referee/compare.py",
+             "bad_finite = finite & ~(diff <= atol + rtol * t.abs())",
+             "bad_finite = finite & (diff > atol + rtol * t.abs())",
+             (_k(KILLS, "one_nan"),), "a NaN difference compares false, so a NaN output would pass"),
+    Mutation("compare-float64-fallback-off", "referee/compare.py",
+             "elif not all(_close(r, t, atol, rtol)[0] for r, t in zip(refs, truths)):",
+             "elif False:",
+             (_k(KILLS, "misses_the_bound_against_float64"),)),
+    Mutation("compare-default-tolerance-fp16", "referee/compare.py",
+             'default = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])',
+             'default = DEFAULT_TOLERANCE["float16"]',
+             (_k(KILLS, "off_by_twice and float32"),), "float32 outputs held to the fp16 tolerance"),
+    Mutation("compare-kernelbench-allclose-always", "referee/compare.py",
+             "passed = all(torch.allclose(o, e, atol=a, rtol=r) for o, e in zip(outs, refs))",
+             "passed = True",
+             (_k(KILLS, "copies_no_state"),)),
+    Mutation("compare-pair-always-agrees", "referee/compare.py",
+             'return f"max difference {diff:.3g}"', "return None",
+             (_k(INTEGRITY, "drifting_with_a_call_counter"),)),
+    Mutation("perturb-in-place-noop", "referee/compare.py",
+             "t.mul_(_uniform(t, generator, 0.5, 1.5))", "t.mul_(1.0)",
+             (_k(INTEGRITY, "stale_first_call"), _k(KILLS, "cached_from_a_buffer")),
+             "parameters still shift by up to 0.1; buffers no longer change"),
+    # --- referee/server.py and session.py -------------------------------------------------------------
+    Mutation("referee-input-mutation-unchecked", "referee/server.py",
+             "if after is not None and not same_bits(kept.inputs, after):", "if False:",
+             (_k(INTEGRITY, "test_input_mutation"),)),
+    Mutation("kernelbench-seed-not-42", "stages/check.py",
+             'init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")',
+             'init_seed = derive_seed(seed, "init")',
+             (_k(KILLS, "seed_42"),)),
+    Mutation("kernelbench-state-copied", "stages/check.py",
+             'state = None if kernelbench else ready["state"]', 'state = ready["state"]',
+             (_k(KILLS, "copies_no_state"),)),
+    Mutation("kernelbench-rule-strict", "stages/check.py",
+             'reply, STAGE, rule="kernelbench")', 'reply, STAGE, rule="strict")',
+             (_k(KILLS, "kernelbench"), _k(INTEGRITY, "kernelbench")),
+             "the strict rule against the native reference is allclose's bound"),
+    # --- stages/check.py: the strict trials -------------------------------------------------------------
+    Mutation("check-poison-off", "stages/check.py",
+             "poison=True, return_inputs=True)", "poison=False, return_inputs=True)",
+             (_k(KILLS, "half_written"),)),
+    Mutation("check-inputs-not-returned", "stages/check.py",
+             "poison=True, return_inputs=True)", "poison=True, return_inputs=False)",
+             (_k(INTEGRITY, "test_input_mutation"),)),
+    # --- stages/probe.py: each probe returns nothing ---------------------------------------------------
+    *(Mutation(f"probe-{name}-silent", "stages/probe.py", f'Probe("{name}", {function})',
+               f'Probe("{name}", lambda j: [])', tests)
+      for name, function, tests in (
+          ("op-trace", "probe_op_trace", (_k(INTEGRITY, "decoy_triton"),)),
+          ("aliasing", "probe_aliasing", (_k(INTEGRITY, "output_alias_of_a_module_buffer"),)),
+          ("threads", "probe_threads", (_k(INTEGRITY, "thread_left_running"),)),
+          ("repeat", "probe_repeat", (_k(INTEGRITY, "drifting_with_a_call_counter or buffer_reused"),)),
+          ("unwritten-output", "probe_unwritten_output", (_k(INTEGRITY, "half_written"), _k(KILLS, "half_written"))),
+          ("refilled-inputs", "probe_refilled_inputs", (_k(INTEGRITY, "memo_by_address"),)),
+          ("parameters-in-place", "probe_parameters_in_place", (_k(INTEGRITY, "stale_after_in_place"),)),
+          ("parameters-replaced", "probe_parameters_replaced", (_k(INTEGRITY, "stale_after_in_place"),)),
+      )),
+    # --- stages/measure.py: timed-output checks, cross-check, floor, baselines' cache ---------------------
+    Mutation("timed-checks-off", "stages/measure.py",
+             "drawn = checked[\"calls\"] - 1 in forced or chooser.random() < CHECK_PROBABILITY", "drawn = False",
+             (_k(INTEGRITY, "replay_during_timing"),)),
+    Mutation("timed-check-probability-0", "stages/measure.py",
+             "CHECK_PROBABILITY = 0.125", "CHECK_PROBABILITY = 0.0",
+             (_k(KILLS, "beyond_the_guaranteed"),), "only the guaranteed checks left"),
+    Mutation("timed-mismatch-ignored", "stages/measure.py",
+             "    if not trial.passed:\n        j.findings.append(Finding.of(\"timed-output-mismatch\"",
+             "    if False:\n        j.findings.append(Finding.of(\"timed-output-mismatch\"",
+             (_k(INTEGRITY, "replay_during_timing"),)),
+    Mutation("timed-inputs-never-refilled", "stages/measure.py",
+             "        if k in used:  # this set's values were seen", "        if False:  # this set's values were seen",
+             (_k(INTEGRITY, "replay_during_timing or memo_by_sampled"),)),
+    Mutation("impossible-fraction-0", "stages/measure.py",
+             "IMPOSSIBLE_FRACTION = 0.5", "IMPOSSIBLE_FRACTION = 0.0",
+             (_k(INTEGRITY, "impossible_speed_floor"),)),
+    Mutation("cross-check-tolerance-huge", "stages/measure.py",
+             "SLACK_TOLERANCE_MS = 0.02", "SLACK_TOLERANCE_MS = 1e9",
+             (_k(REFEREE, "do_not_add_up"),)),
+    Mutation("compile-cache-always-trusted", "stages/measure.py",
+             "1 / COMPILE_CACHE_FACTOR <= eager.stats.median_ms / then <= COMPILE_CACHE_FACTOR", "True",
+             (_k(KILLS, "cached_compile_time"),)),
+    # --- the verdict, the hidden re-check, the store ----------------------------------------------------
+    Mutation("verdict-ignores-fail-findings", "records.py",
+             "if not trials or not all(t.passed for t in trials) or any(f.severity == \"fail\" for f in findings):",
+             "if not trials or not all(t.passed for t in trials):",
+             (_k(INTEGRITY, "test_input_mutation"),)),
+    Mutation("hidden-recheck-always-ok", "pipeline.py",
+             "ok = bool(trials) and passed == len(trials) and not failing", "ok = True",
+             (_k(KILLS, "hidden_recheck"),)),
+    Mutation("store-write-skipped", "pipeline.py",
+             "    if options.store_path is not None:\n        _record(", "    if False:\n        _record(",
+             ("tests/test_mcp.py::test_benchmark_and_submit",)),
+    # --- worker/server.py: what the worker reports -------------------------------------------------------
+    Mutation("worker-inputs-reported-as-sent", "worker/server.py",
+             'called = self._call(args, "ModelNew.forward", "check")',
+             'called = self._call(clone_args(args), "ModelNew.forward", "check")',
+             (_k(INTEGRITY, "test_input_mutation"),), "the inputs as they were before the call"),
+    Mutation("worker-alias-report-off", "worker/server.py",
+             "        if request.alias:\n", "        if False:\n",
+             (_k(INTEGRITY, "output_alias_of_a_module_buffer"),)),
+    Mutation("worker-poison-off", "worker/server.py",
+             "        if request.poison:\n", "        if False:\n",
+             (_k(KILLS, "half_written"),)),
+    Mutation("worker-guard-silent", "worker/server.py",
+             "        if tampered:\n", "        if False:\n",
+             (_k(INTEGRITY, "tampering_at_import"),)),
+    # --- isolation: the limits and the channel -----------------------------------------------------------
+    # (the memory limit is left unmutated: without it the test's candidate would take the machine's memory)
+    Mutation("isolation-timeout-ignored", "isolation.py",
+             "message = channel.receive(self.read_fd, self.deadline, self.clock)",
+             "message = channel.receive(self.read_fd, self.deadline + 1e9, self.clock)",
+             (_k(ISOLATION, "hang_is_stopped"),)),
+    Mutation("isolation-nonce-unchecked", "isolation.py",
+             'if message.get("nonce") != nonce:', "if False:",
+             (_k(INTEGRITY, "forged_replies_on_the_result_channel"),)),
+    Mutation("protocol-numbers-unchecked", "protocol.py",
+             "    return [number(v, name, low=low, high=high) for v in values]", "    return list(values)",
+             (_k(REFEREE, "forged_timing_numbers"),)),
+)
+
+
+def apply(mutation: Mutation, src: Path) -> None:
+    """Write the mutated file into the copy `src` (the snippet must occur exactly once)."""
+    path = src / "kerneljudge" / mutation.file
+    text = path.read_text()
+    count = text.count(mutation.original)
+    if count != 1:
+        raise SystemExit(f"{mutation.name}: the snippet occurs {count} times in {mutation.file}, not once")
+    path.write_text(text.replace(mutation.original, mutation.replacement))
+
+
+def pytest_args(tests: tuple[str, ...]) -> list[list[str]]:
+    """One pytest invocation per entry ("FILE -k EXPR" or a node id)."""
+    return [entry.split(" ", 2)[:1] + (["-k", entry.split(" -k ", 1)[1]] if " -k " in entry else [])
+            for entry in tests]
+
+
+def run_tests(tests: tuple[str, ...], src: Path, deadline_s: float) -> tuple[str, float]:
+    """'passed', 'failed' or 'timeout', and the seconds it took; stops at the first failing invocation."""
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
+    for args in pytest_args(tests):
+        left = deadline_s - (time.monotonic() - started)
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args]
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=max(left, 1), start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - started
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            if done.returncode not in (1,):  # 1: tests failed; anything else is a collection or usage error
+                print(f"    pytest exit {done.returncode}: {' | '.join(tail)}", file=sys.stderr)
+            return "failed", time.monotonic() - started
+    return "passed", time.monotonic() - started
+
+
+def check_mutation(mutation: Mutation) -> tuple[str, float]:
+    with tempfile.TemporaryDirectory(prefix="kj-mutant-") as folder:
+        src = Path(folder) / "src"
+        shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        apply(mutation, src)
+        outcome, seconds = run_tests(mutation.tests, src, TIMEOUT_S)
+    return {"passed": "survived", "failed": "killed", "timeout": "killed (timeout)"}[outcome], seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the mutations and their tests, run nothing")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the named tests")
+    parser.add_argument("--markdown", action="store_true", help="end with a markdown table of the results")
+    args = parser.parse_args(argv)
+    names = [m.name for m in MUTATIONS]
+    assert len(set(names)) == len(names), "mutation names must be unique"
+    unknown = [n for n in args.only if n not in names]
+    if unknown:
+        parser.error(f"unknown mutation(s): {', '.join(unknown)} (see --list)")
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    for m in chosen:  # every snippet must apply before anything runs
+        text = (ROOT / "src" / "kerneljudge" / m.file).read_text()
+        if text.count(m.original) != 1:
+            parser.error(f"{m.name}: the snippet occurs {text.count(m.original)} times in {m.file}, not once")
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:40} {m.file:22} {'; '.join(m.tests)}")
+        return 0
+    if not args.no_baseline:
+        tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        outcome, seconds = run_tests(tests, ROOT / "src", TIMEOUT_S * 4)
+        print(f"baseline (unmutated, {len(tests)} selections): {outcome} in {seconds:.0f} s", flush=True)
+        if outcome != "passed":
+            print("the named tests must pass on the unmutated code first", file=sys.stderr)
+            return 2
+    results = []
+    for m in chosen:
+        outcome, seconds = check_mutation(m)
+        results.append((m, outcome, seconds))
+        print(f"{outcome:17} {seconds:6.1f} s  {m.name}", flush=True)
+    killed = sum(outcome.startswith("killed") for _, outcome, _ in results)
+    print(f"score: {killed} / {len(results)} killed "
+          f"({100 * killed / max(len(results), 1):.0f}%) in {sum(s for _, _, s in results):.0f} s")
+    survivors = [m.name for m, outcome, _ in results if outcome == "survived"]
+    if survivors:
+        print("survived: " + ", ".join(survivors))
+    if args.markdown:
+        print("\n| mutation | file | outcome | s | tests |\n| --- | --- | --- | --- | --- |")
+        for m, outcome, seconds in results:
+            print(f"| `{m.name}` | `{m.file}` | {outcome} | {seconds:.0f} | {'; '.join(m.tests)} |")
+    return 0 if not survivors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
