@@ -54,3 +54,18 @@ def versions() -> dict[str, str]:
     except importlib.metadata.PackageNotFoundError:
         pass
     return found
+
+
+def take_device(name: str, memory_limit_mb: int | None) -> tuple[torch.device, str | None]:
+    """The device a process is asked to use, made current (CUDA) or with this process's memory limit (CPU);
+    the usage error when it is not there. The first request of the referee and of the worker alike."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return device, f"device {device} requested, but torch {torch.__version__} here sees no CUDA GPU"
+        if (device.index or 0) >= torch.cuda.device_count():
+            return device, f"device {device}: only {torch.cuda.device_count()} GPU(s) visible"
+        torch.cuda.set_device(device.index or 0)
+    else:
+        limit_memory(memory_limit_mb)
+    return device, None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kerneljudge.proc import tensorwire
 from kerneljudge.proc.inputs import clone_args, synchronize
 
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel
@@ -74,8 +75,7 @@ def spans_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 def output_aliases(out, args: list, model) -> str | None:
     """What the output shares memory with: an input, a parameter or a buffer of `model`; None if nothing."""
-    outs = [out] if isinstance(out, torch.Tensor) else [o for o in (out if isinstance(out, (tuple, list)) else ())
-                                                        if isinstance(o, torch.Tensor)]
+    outs = tensorwire.tensors_of(out)
     owners = [(f"input {i}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     if isinstance(model, torch.nn.Module):
         owners += [(f"parameter {n}", p) for n, p in model.named_parameters()]

@@ -63,6 +63,12 @@ def pack_values(values: list) -> tuple[list[dict[str, Any]], list[bytes]]:
     return meta, blobs
 
 
+def tensors_of(out) -> list:
+    """The non-empty tensors of an output (a tensor, or a tuple or list holding some)."""
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    return [t for t in items if isinstance(t, torch.Tensor) and t.numel()]
+
+
 def describe_output(out) -> tuple[dict[str, Any], list[bytes]]:
     """An output's structure, its tensors' bytes, and what only this process can see about them."""
     if out is None:

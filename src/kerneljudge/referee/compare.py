@@ -225,35 +225,3 @@ def pair_difference(first: Received, second: Received, atol: float | None, rtol:
             diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item()
             return f"max difference {diff:.3g}"
     return None
-
-
-def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, replace: bool,
-            device: torch.device) -> list[str]:
-    """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
-    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
-    zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring. Returns the names changed."""
-    generator = torch.Generator(device).manual_seed(seed)
-    parameters = {n for n, _ in model.named_parameters()}
-    changed = []
-    with torch.no_grad():
-        for name, t in model.state_dict(keep_vars=True).items():
-            if (names is not None and name not in names) or not t.is_floating_point():
-                continue
-            if replace:
-                if name not in parameters:
-                    continue
-                t.copy_(_uniform(t, generator, -0.5, 0.5))
-            else:
-                t.mul_(_uniform(t, generator, 0.5, 1.5))
-                if name in parameters:
-                    t.add_(_uniform(t, generator, -0.1, 0.1))
-            changed.append(name)
-    return changed
-
-
-def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
-    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
-    worth of float64 draws on the CPU takes seconds)."""
-    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
-    return (values * (high - low) + low).to(like.dtype)

@@ -22,7 +22,7 @@ from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
 from kerneljudge.referee import compare
-from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession
+from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession, perturb
 
 HEAVY_SHARE = 0.10  # an op taking this share of the reference's profiled time is one of its heavy ops
 REFERENCE_PROFILE_CALLS = 3  # one call's CPU times are noisy
@@ -67,18 +67,10 @@ class Referee:
             return {"error": f"{message.get('op')}: {type(exc).__name__}: {exc}\n{detail}"}, []
 
     def ping(self, request: protocol.Ping, blobs: list) -> Reply:
-        device = torch.device(request.device)
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                return {"usage_error": f"device {device} requested, but torch {torch.__version__} sees no CUDA "
-                                       "GPU"}, []
-            if (device.index or 0) >= torch.cuda.device_count():
-                return {"usage_error": f"device {device}: only {torch.cuda.device_count()} GPU(s) visible"}, []
-            torch.cuda.set_device(device.index or 0)
-        else:
-            machine.limit_memory(request.memory_limit_mb)
-        self.device = device
-        return {"device": machine.describe_device(device), "versions": machine.versions()}, []
+        self.device, missing = machine.take_device(request.device, request.memory_limit_mb)
+        if missing:
+            return {"usage_error": missing}, []
+        return {"device": machine.describe_device(self.device), "versions": machine.versions()}, []
 
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
         from kerneljudge.worker.build import import_problem
@@ -151,7 +143,7 @@ class Referee:
         return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
-        names = compare.perturb(self.session.reference, request.seed, request.names, replace=request.replace,
+        names = perturb(self.session.reference, request.seed, request.names, replace=request.replace,
                                 device=self.device)
         self.session.refresh64()
         names, tensors = self.session.state(names)

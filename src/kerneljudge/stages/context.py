@@ -74,7 +74,8 @@ class Judging:
         answer = self.referee.call(protocol.Compare(seed, index, reply["output"],
                                                     reply.get("inputs_after") if inputs else None,
                                                     check.atol, check.rtol, rule, keep), reply["_blobs"])
-        answer = self.take(answer, stage) if answer.get("error") or answer.get("usage_error") else answer
+        if answer.get("error"):
+            self.take(answer, stage)  # a referee fault ends the stage
         findings = [_finding(f, stage) for f in answer.get("findings") or []]
         if "trial" not in answer:  # a malformed output: the referee's findings say why
             return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0

@@ -95,16 +95,9 @@ class Worker:
                        source_file=self._source())
 
     def ping(self, request: protocol.Ping, blobs: list) -> Reply:
-        device = torch.device(request.device)
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                return _reply([], usage_error=f"device {device} requested, but torch {torch.__version__} in the "
-                              "worker sees no CUDA GPU")
-            if (device.index or 0) >= torch.cuda.device_count():
-                return _reply([], usage_error=f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
-            torch.cuda.set_device(device.index or 0)
-        else:
-            machine.limit_memory(request.memory_limit_mb)
+        device, missing = machine.take_device(request.device, request.memory_limit_mb)
+        if missing:
+            return _reply([], usage_error=missing)
         self.device = device
         return _reply([], device=machine.describe_device(device), versions=machine.versions())
 
@@ -196,7 +189,7 @@ class Worker:
             out_blobs = out_blobs + after_blobs
         if request.alias:
             data["aliases"] = output_aliases(called.value, args, session.candidate)
-        session.output_sizes = [_bytes(t) for t in _tensors(called.value)]
+        session.output_sizes = [_bytes(t) for t in tensorwire.tensors_of(called.value)]
         return _reply([], blobs=out_blobs, **data)
 
     def set_state(self, request: protocol.SetState, blobs: list) -> Reply:
@@ -257,7 +250,7 @@ class Worker:
         if first.failure:
             return _reply([first.failure.finding], poisoned=first.failure.poisoned)
         first_meta, first_blobs = tensorwire.describe_output(first.value)
-        poison_free_memory(self.device, [_bytes(t) for t in _tensors(first.value)])
+        poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
         if second.failure:
             return _reply([second.failure.finding], poisoned=second.failure.poisoned)
@@ -266,7 +259,7 @@ class Worker:
             if "blob" in fact:
                 fact["blob"] += len(first_blobs)
         shared = any(spans_overlap(storage_span(a), storage_span(b))
-                     for a in _tensors(first.value) for b in _tensors(second.value))
+                     for a in tensorwire.tensors_of(first.value) for b in tensorwire.tensors_of(second.value))
         return _reply([], blobs=first_blobs + second_blobs, first=first_meta, second=second_meta, shared=shared)
 
     def _streams(self, args: list) -> Reply:
@@ -278,7 +271,7 @@ class Worker:
         def call():
             with torch.inference_mode():
                 out = self.session.candidate(*clone_args(args))
-            return out, [t.clone() for t in _tensors(out)]  # copies in the caller's stream order
+            return out, [t.clone() for t in tensorwire.tensors_of(out)]  # copies in the caller's stream order
 
         called = guarded(call, stage="probe", code="forward-error", what="ModelNew.forward (probe streams)",
                          source_file=self._source())
@@ -286,7 +279,7 @@ class Worker:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
         out, seen = called.value
         torch.cuda.synchronize(self.device)
-        differs = any(not torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(seen, _tensors(out)))
+        differs = any(not torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(seen, tensorwire.tensors_of(out)))
         return _reply([], unsynchronized=differs)
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
@@ -311,18 +304,10 @@ class Worker:
     def export_output(self, request: protocol.ExportOutput, blobs: list) -> Reply:
         out = self.timed.outputs.get(request.index)
         later = [o for i, o in self.timed.outputs.items() if i > request.index]
-        reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in _tensors(out)
-                     for other in later for b in _tensors(other))
+        reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in tensorwire.tensors_of(out)
+                     for other in later for b in tensorwire.tensors_of(other))
         output, out_blobs = tensorwire.describe_output(out)
         return _reply([], blobs=out_blobs, output=output, reused=reused)
-
-
-def _tensors(out) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [o for o in out if isinstance(o, torch.Tensor) and o.numel()]
-    return []
 
 
 def _bytes(t) -> int:
