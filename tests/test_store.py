@@ -245,3 +245,32 @@ def test_history_and_show_commands(judged, tmp_path, cli):
     assert record["result"]["verdict"] == "pass" and record["source"] == good[1]
     error = cli("show", "999", "--store", str(path))
     assert isinstance(error, StoreError) and "no record 999" in str(error)
+
+
+VERSION_1_TABLE = """CREATE TABLE results (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL,
+    verb TEXT NOT NULL, verdict TEXT NOT NULL, correct INTEGER NOT NULL, problem TEXT, problem_sha256 TEXT,
+    sizes TEXT, candidate_path TEXT, candidate_sha256 TEXT NOT NULL, candidate_label TEXT, source TEXT NOT NULL,
+    device_type TEXT, device_name TEXT, protocol TEXT, versions TEXT, speedups TEXT, finding_codes TEXT NOT NULL,
+    options TEXT, result TEXT NOT NULL)"""
+
+
+def test_a_version_1_store_is_migrated_with_its_rows_and_runs_group_records(judged, tmp_path):
+    """A store written before run ids existed keeps its records and gains the column; records of a
+    batch run are found by run id and summed by `runs`."""
+    path = tmp_path / "old.sqlite"
+    good, source, _ = judged["good"]
+    wrong, wrong_source, _ = judged["wrong"]
+    with sqlite3.connect(path) as conn:  # the version-1 layout, as shipped before run ids, with one record
+        conn.executescript(VERSION_1_TABLE + "; PRAGMA user_version = 1;")
+        conn.execute("INSERT INTO results (created_at, verb, verdict, correct, candidate_sha256, source, "
+                     "finding_codes, result) VALUES ('2026-11-30T00:00:00', 'check', 'pass', 1, 'ab', 'x', '[]', '{}')")
+    store = Store(path)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    old = store.get(1)
+    assert old["verdict"] == "pass" and old["created_at"] == "2026-11-30T00:00:00" and old["run_id"] is None
+    store.record(good, verb="check", source=source, run_id="run-a")
+    store.record(wrong, verb="check", source=wrong_source, run_id="run-a")
+    store.record(good, verb="check", source=source, run_id="run-b")
+    assert [r["verdict"] for r in store.history(run_id="run-a")] == ["fail", "pass"]
+    runs = store.runs()
+    assert [(r["run_id"], r["records"], r["passed"]) for r in runs] == [("run-b", 1, 1), ("run-a", 2, 1)]

@@ -32,8 +32,8 @@ from kerneljudge.errors import StoreError
 from kerneljudge.options import VERBS
 from kerneljudge.records import Result, jsonsafe
 
-#: Bumped whenever the table layout changes; stored in `PRAGMA user_version`.
-SCHEMA_VERSION = 1
+#: Bumped whenever the table layout changes; stored in `PRAGMA user_version`. Version 2 added `run_id`.
+SCHEMA_VERSION = 2
 
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -59,16 +59,23 @@ CREATE TABLE IF NOT EXISTS results (
     speedups         TEXT,              -- JSON {baseline: factor} or NULL when not timed
     finding_codes    TEXT NOT NULL,     -- JSON list of the findings' codes, in order
     options          TEXT,              -- JSON of Options.to_json() (never holds a secret seed)
-    result           TEXT NOT NULL      -- JSON of Result.to_json(), complete
+    result           TEXT NOT NULL,     -- JSON of Result.to_json(), complete
+    run_id           TEXT               -- the batch run the record belongs to; NULL for a single evaluation
 );
 CREATE INDEX IF NOT EXISTS results_problem ON results (problem, id);
 CREATE INDEX IF NOT EXISTS results_candidate ON results (candidate_sha256, id);
+CREATE INDEX IF NOT EXISTS results_run ON results (run_id, id);
 """
+
+#: The steps that bring an older file up to SCHEMA_VERSION, keyed by the version they start from.
+_MIGRATIONS = {
+    1: "ALTER TABLE results ADD COLUMN run_id TEXT; CREATE INDEX IF NOT EXISTS results_run ON results (run_id, id);",
+}
 
 #: Columns `history` returns (everything but the bulky source, options and result JSON).
 SUMMARY_COLUMNS = ("id", "created_at", "verb", "verdict", "correct", "problem", "problem_sha256", "sizes",
                    "candidate_path", "candidate_sha256", "candidate_label", "device_type", "device_name",
-                   "protocol", "speedups", "finding_codes")
+                   "protocol", "speedups", "finding_codes", "run_id")
 _JSON_COLUMNS = ("sizes", "versions", "speedups", "finding_codes", "options", "result")
 
 
@@ -131,18 +138,23 @@ class Store:
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
             if version < SCHEMA_VERSION:
-                with conn:  # one transaction: a half-created schema is never left behind
-                    conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+                # One transaction: a half-created or half-migrated schema is never left behind. A file
+                # at version 0 is new (or empty); an older one is migrated step by step, rows kept.
+                steps = [_SCHEMA] if version == 0 else [_MIGRATIONS[v] for v in range(version, SCHEMA_VERSION)]
+                with conn:
+                    conn.executescript("BEGIN IMMEDIATE;" + "".join(steps)
+                                       + f"PRAGMA user_version = {SCHEMA_VERSION};")
         finally:
             conn.close()
 
     # ------------------------------------------------------------------ writing
     def record(self, result: Result, *, verb: str, source: str, options: dict | None = None,
-               candidate_path: str | None = None) -> int:
+               candidate_path: str | None = None, run_id: str | None = None) -> int:
         """Store one finished evaluation; return its id.
 
         `source` is the candidate text that was judged (kept so the record stays meaningful after the
-        file changes). `candidate_path` is only needed when the result has no candidate section (the
+        file changes). `run_id` groups the records of one batch run (`runs`, `history(run_id=...)`).
+        `candidate_path` is only needed when the result has no candidate section (the
         file could not be read or parsed). Everything is serialised first, then written with a single
         INSERT in a single transaction: the record is complete or absent, never partial.
         """
@@ -169,6 +181,7 @@ class Store:
             "finding_codes": _dumps([f.code for f in result.findings]),
             "options": _dumps(options),
             "result": _dumps(result.to_json()),
+            "run_id": run_id,
         }
         columns = ", ".join(row)
         marks = ", ".join(f":{name}" for name in row)
@@ -186,7 +199,8 @@ class Store:
 
     # ------------------------------------------------------------------ reading
     def history(self, *, problem: str | None = None, verdict: str | None = None, verb: str | None = None,
-                candidate_sha: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+                candidate_sha: str | None = None, run_id: str | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
         """Summaries of the most recent records, newest first.
 
         `problem` matches the full name, or a built-in short name (`level2/51` or `l2/51` finds
@@ -203,6 +217,9 @@ class Store:
         if verb:
             where.append("verb = ?")
             params.append(verb)
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
         if candidate_sha:
             where.append("candidate_sha256 LIKE ? ESCAPE '\\'")
             params.append(_like_prefix(candidate_sha.lower()) + "%")
@@ -231,6 +248,20 @@ class Store:
             raise StoreError(f"no record {record_id} in the results store {self.path}; `kerneljudge history` "
                              "lists the records")
         return _row(row)
+
+    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The batch runs in the store, newest first: run id, first and last record time, record count and
+        how many passed."""
+        sql = ("SELECT run_id, MIN(created_at) AS started_at, MAX(created_at) AS finished_at, COUNT(*) AS records,"
+               " SUM(verdict = 'pass') AS passed FROM results WHERE run_id IS NOT NULL GROUP BY run_id"
+               " ORDER BY MAX(id) DESC LIMIT ?")
+        conn = self._connect()
+        try:
+            return [dict(r) for r in conn.execute(sql, (max(0, int(limit)),)).fetchall()]
+        except sqlite3.Error as exc:
+            raise self._error("read", exc) from exc
+        finally:
+            conn.close()
 
     def count(self) -> int:
         """How many records the store holds."""
