@@ -35,6 +35,7 @@ KILLS = "tests/test_mutation_kills.py"
 INTEGRITY = "tests/test_integrity.py"
 REFEREE = "tests/test_referee.py"
 ISOLATION = "tests/test_isolation.py"
+GPU = "tests/test_gpu.py"  # skipped without CUDA: the poison mutants are killed on the GPU (docs/mutation.md)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- stages/check.py: the strict trials -------------------------------------------------------------
     Mutation("check-poison-off", "stages/check.py",
              "poison=True, return_inputs=True)", "poison=False, return_inputs=True)",
-             (_k(KILLS, "half_written"),)),
+             (_k(KILLS, "half_written"), _k(GPU, "unwritten"))),
     Mutation("check-inputs-not-returned", "stages/check.py",
              "poison=True, return_inputs=True)", "poison=True, return_inputs=False)",
              (_k(INTEGRITY, "test_input_mutation"),)),
@@ -114,7 +115,8 @@ MUTATIONS: tuple[Mutation, ...] = (
           ("aliasing", "probe_aliasing", (_k(INTEGRITY, "output_alias_of_a_module_buffer"),)),
           ("threads", "probe_threads", (_k(INTEGRITY, "thread_left_running"),)),
           ("repeat", "probe_repeat", (_k(INTEGRITY, "drifting_with_a_call_counter or buffer_reused"),)),
-          ("unwritten-output", "probe_unwritten_output", (_k(INTEGRITY, "half_written"), _k(KILLS, "half_written"))),
+          ("unwritten-output", "probe_unwritten_output", (_k(INTEGRITY, "half_written"), _k(KILLS, "half_written"),
+                                                          _k(GPU, "unwritten"))),
           ("refilled-inputs", "probe_refilled_inputs", (_k(INTEGRITY, "memo_by_address"),)),
           ("parameters-in-place", "probe_parameters_in_place", (_k(INTEGRITY, "stale_after_in_place"),)),
           ("parameters-replaced", "probe_parameters_replaced", (_k(INTEGRITY, "stale_after_in_place"),)),
@@ -139,6 +141,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cross-check-tolerance-huge", "stages/measure.py",
              "SLACK_TOLERANCE_MS = 0.02", "SLACK_TOLERANCE_MS = 1e9",
              (_k(REFEREE, "do_not_add_up"),)),
+    Mutation("timed-check-default-tolerance", "stages/context.py",
+             "check.atol, check.rtol, rule, keep)",
+             "*((None, None) if rule == \"timed\" else (check.atol, check.rtol)), rule, keep)",
+             (_k(KILLS, "beyond_the_guaranteed"),), "the timed checks ignore --atol/--rtol"),
     Mutation("compile-cache-always-trusted", "stages/measure.py",
              "1 / COMPILE_CACHE_FACTOR <= eager.stats.median_ms / then <= COMPILE_CACHE_FACTOR", "True",
              (_k(KILLS, "cached_compile_time"),)),
@@ -163,7 +169,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(INTEGRITY, "output_alias_of_a_module_buffer"),)),
     Mutation("worker-poison-off", "worker/server.py",
              "        if request.poison:\n", "        if False:\n",
-             (_k(KILLS, "half_written"),)),
+             (_k(KILLS, "half_written"), _k(GPU, "unwritten"))),
     Mutation("worker-guard-silent", "worker/server.py",
              "        if tampered:\n", "        if False:\n",
              (_k(INTEGRITY, "tampering_at_import"),)),

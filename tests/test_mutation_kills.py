@@ -107,6 +107,17 @@ def test_kernelbench_protocol_copies_no_state(fast):
     assert all(not t.passed and t.compared_to == "native" for t in kernelbench.trials)
 
 
+def test_kernelbench_protocol_fails_nan_where_the_reference_is_nan_as_allclose_does(fast):
+    """KernelBench compares with `torch.allclose` without `equal_nan`: a candidate equal to a reference
+    that outputs NaN fails there, as it does under KernelBench's own eval, and passes the strict rule."""
+    problem, candidate = MUTATION / "nan_reference_problem.py", MUTATION / "nan_reference_copy.py"
+    strict = api.check(problem, candidate, trials_only(fast))
+    assert strict.verdict == "pass" and all(t.passed for t in strict.trials)
+    kernelbench = api.check(problem, candidate, trials_only(fast, protocol="kernelbench"))
+    assert kernelbench.verdict == "fail" and failing(kernelbench) == ["wrong-output"]
+    assert all(not t.passed and t.compared_to == "native" for t in kernelbench.trials)
+
+
 def test_kernelbench_protocol_builds_the_reference_under_seed_42(fast):
     """seed42_pinned.py seeds 42 itself and builds Model's parameters: equal to the reference's only if the
     reference was built under seed 42. It passes both protocols (the strict one copies the state)."""
@@ -145,16 +156,22 @@ def test_hidden_recheck_passes_an_honest_candidate(fast):
 # --- timed outputs: the checks drawn at random, beyond the guaranteed ones -------------------------------
 
 
-def test_timed_outputs_are_checked_beyond_the_guaranteed_positions(fast):
+@pytest.mark.parametrize("offset_percent, tolerance", [(50, None), (200, 3e-4)], ids=["default", "user-tolerance"])
+def test_timed_outputs_are_checked_beyond_the_guaranteed_positions(fast, offset_percent, tolerance):
     """200 timed calls, each checked with probability 1/8 besides GUARANTEED_CHECKS at secret positions:
-    that no call outside those is drawn has odds (7/8)^198, about 3e-12."""
+    that no call outside those is drawn has odds (7/8)^198, about 3e-12. The timed checks use the user's
+    tolerance: outputs off by twice the default bound pass every check at --atol/--rtol 3e-4."""
     from kerneljudge.stages import measure
 
     timing = {"enabled": True, "baselines": False, "min_runs": 200, "max_runs": 200, "target_rel_sem": 0.0,
               "min_time_ms": 0.0, "budget_ms": 1e7}
-    result = api.evaluate(TOLERANCE_PROBLEM, MUTATION / "off_by_fraction.py", fast.replace(probes=False, timing=timing))
+    options = fast.replace(probes=False, timing=timing, overrides=(("offset_percent", str(offset_percent)),))
+    if tolerance is not None:
+        options = options.replace(check={"atol": tolerance, "rtol": tolerance})
+    result = api.evaluate(TOLERANCE_PROBLEM, MUTATION / "off_by_fraction.py", options)
     # (the verdict is not asserted: the cross-check of claimed times can be upset by a loaded machine)
     assert all(t.passed for t in result.trials) and "timed-output-mismatch" not in codes(result)
+    assert {t.atol for t in result.trials} == {tolerance or 1e-4}
     assert measure.GUARANTEED_CHECKS < result.timing["checked_outputs"] <= fast.timing.checked_calls
 
 

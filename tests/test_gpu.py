@@ -1,0 +1,54 @@
+"""The GPU cases: the candidates in tests/candidates/gpu/ and the shipped CUDA solutions, judged on a
+CUDA device. Skipped (with the reason) on a machine without one, so CI on the CPU skips them; run on the
+H200 through the device tool (`pytest -q tests/test_gpu.py`; figures in docs/benchmarks.md).
+
+Each asserts the exact finding: on a GPU the caching allocator makes freed-memory poisoning exact, so a
+half-written output reads NaN (`output-nonfinite`), never leftover values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import CANDIDATES, SEED, codes
+from kerneljudge import api, suite
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="these cases need a CUDA device")
+
+GPU = CANDIDATES / "gpu"
+#: Timing on, short and with a fixed count of calls (no baselines): enough for the cross-check's batches.
+SHORT_TIMING = {"enabled": True, "baselines": False, "min_runs": 200, "max_runs": 200,
+                "target_rel_sem": 0.0, "min_time_ms": 0.0, "budget_ms": 1e7}
+
+
+@pytest.fixture
+def on_gpu(fast):
+    return fast.replace(device="cuda")
+
+
+def outcome(result) -> tuple[str, set[str]]:
+    return result.verdict, {f.code for f in result.findings if f.severity in ("fail", "error")}
+
+
+@pytest.mark.parametrize("name, verdict, failing", [
+    ("side_stream", "fail", {"side-stream"}),
+    ("side_stream_joined", "pass", set()),
+    ("unwritten", "fail", {"output-nonfinite"}),
+    ("illegal_address", "error", {"cuda-error"}),
+])
+def test_gpu_candidate_gets_its_exact_verdict(on_gpu, name, verdict, failing):
+    result = api.evaluate(SEED, GPU / f"{name}.py", on_gpu)
+    assert outcome(result) == (verdict, failing), [(f.code, f.message) for f in result.findings]
+
+
+def test_re_recorded_start_event_is_timing_tampering(on_gpu):
+    result = api.evaluate(SEED, GPU / "rearm_timer.py", on_gpu.replace(timing=SHORT_TIMING))
+    assert outcome(result) == ("fail", {"timing-tampering"}), [(f.code, f.message) for f in result.findings]
+
+
+def test_shipped_cuda_solution_passes_strict_with_timing(on_gpu):
+    result = api.evaluate(SEED, suite.shipped_solutions(suite.find_builtin(SEED).name)["cuda"],
+                          on_gpu.replace(timing=SHORT_TIMING))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert result.protocol == "strict" and all(t.passed for t in result.trials)
+    assert "timing-tampering" not in codes(result) and result.timing["candidate"]["median_ms"] > 0
