@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from conftest import CANDIDATES, SEED, codes
 
 from kerneljudge import api, suite
