@@ -1,0 +1,174 @@
+"""A report as one self-contained HTML file: the plots as inline SVG drawn by matplotlib, then the tables.
+
+Nothing is fetched when the page is viewed (no script, no font, no stylesheet from elsewhere; matplotlib
+writes text as paths), so the file can be mailed or attached to a paper's artifact. The plots sit in a
+grid of fixed-size cells (PLOT_WIDTH_PX x PLOT_HEIGHT_PX, two per row under a header of HEADER_HEIGHT_PX)
+so the page reads the same at 1280 px wide and a test can find each plot on a screenshot.
+
+matplotlib is an optional extra (`pip install 'kerneljudge[report]'`): the terminal, JSON and CSV reports
+do not need it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from typing import Sequence
+
+from kerneljudge.errors import KernelJudgeError
+from kerneljudge.reports.metrics import Estimate
+from kerneljudge.reports.tables import Table, display
+
+HEADER_HEIGHT_PX = 90
+PLOT_WIDTH_PX, PLOT_HEIGHT_PX, GAP_PX = 610, 380, 20
+_DPI = 100
+
+_STYLE = f"""
+body {{ margin: 0; font-family: sans-serif; color: #222; background: #fff; }}
+header {{ height: {HEADER_HEIGHT_PX}px; overflow: hidden; box-sizing: border-box; padding: 12px {GAP_PX}px; }}
+header h1 {{ font-size: 22px; margin: 0 0 6px 0; }} header p {{ margin: 0; font-size: 13px; color: #555; }}
+.plots {{ display: grid; grid-template-columns: repeat(2, {PLOT_WIDTH_PX}px); gap: {GAP_PX}px;
+          padding: 0 {GAP_PX}px; }}
+.plot {{ width: {PLOT_WIDTH_PX}px; height: {PLOT_HEIGHT_PX}px; overflow: hidden; }}
+.plot svg {{ width: {PLOT_WIDTH_PX}px; height: {PLOT_HEIGHT_PX}px; display: block; }}
+section {{ padding: 8px {GAP_PX}px; max-width: 1240px; overflow-x: auto; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }}
+th {{ background: #f3f3f3; }} h2 {{ font-size: 16px; margin: 14px 0 6px 0; }}
+"""
+
+
+def _figure():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise KernelJudgeError(f"--html needs matplotlib ({exc}): pip install 'kerneljudge[report]'") from exc
+    figure = Figure(figsize=(PLOT_WIDTH_PX / _DPI, PLOT_HEIGHT_PX / _DPI), dpi=_DPI, layout="constrained")
+    return figure, figure.add_subplot()
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _empty(axes, title: str, why: str) -> None:
+    axes.set_title(title)
+    axes.text(0.5, 0.5, why, ha="center", va="center", transform=axes.transAxes, fontsize=12, color="#666")
+    axes.set_xticks([])
+    axes.set_yticks([])
+
+
+def speedup_plot(speedups: Sequence[float], baseline: str) -> str:
+    """Histogram of the correct samples' speedups on a log axis, with the baseline's 1x marked."""
+    figure, axes = _figure()
+    title = f"Speedup of correct samples against {baseline} (log scale)"
+    if not speedups:
+        _empty(axes, title, "no correct sample with a speedup")
+        return _svg(figure)
+    low, high = math.log10(min(speedups)), math.log10(max(speedups))
+    low, high = math.floor(min(low, -0.5) * 4) / 4, math.ceil(max(high, 0.5) * 4) / 4
+    edges = [10 ** (low + i * (high - low) / 30) for i in range(31)]
+    axes.hist(speedups, bins=edges, color="#3b7dd8", edgecolor="white")
+    axes.set_xscale("log")
+    axes.axvline(1.0, color="#c33", linestyle="--", label="1x (as fast as the baseline)")
+    axes.set_xlabel("speedup (x)")
+    axes.set_ylabel("samples")
+    axes.set_title(title)
+    axes.legend(loc="upper right", fontsize=8)
+    return _svg(figure)
+
+
+def fast_p_plot(curve: dict[float, Estimate], baseline: str) -> str:
+    """fast_p against p, with its bootstrap band and KernelBench's thresholds marked."""
+    figure, axes = _figure()
+    ps = sorted(curve)
+    values = [curve[p].value or 0.0 for p in ps]
+    axes.fill_between(ps, [curve[p].low if curve[p].low is not None else curve[p].value or 0.0 for p in ps],
+                      [curve[p].high if curve[p].high is not None else curve[p].value or 0.0 for p in ps],
+                      color="#3b7dd8", alpha=0.25, label="95% bootstrap band", step="post")
+    axes.step(ps, values, where="post", color="#1f4e99", label="fast_p")
+    for p in (0.5, 0.8, 1.0, 1.5, 2.0):
+        axes.axvline(p, color="#999", linewidth=0.6, linestyle=":")
+    axes.set_ylim(0, 1.02)
+    axes.set_xlabel(f"p (speedup threshold against {baseline})")
+    axes.set_ylabel("share of all problems")
+    axes.set_title("fast_p: correct and more than p times faster")
+    axes.legend(loc="upper right", fontsize=8)
+    return _svg(figure)
+
+
+def light_plot(problems: Table) -> str:
+    """% of speed of light (roofline floor over the time) of each problem's fastest correct sample."""
+    figure, axes = _figure()
+    rows = [r for r in problems.rows if r["percent_of_light"] is not None]
+    title = "% of speed of light per problem (memory floor / time)"
+    if not rows:
+        _empty(axes, title, "no correct sample carries a roofline floor")
+        return _svg(figure)
+    axes.bar(range(len(rows)), [r["percent_of_light"] for r in rows], color="#4a9c5d")
+    axes.set_xticks(range(len(rows)), [r["problem"] for r in rows], rotation=60, ha="right",
+                    fontsize=7 if len(rows) < 40 else 4)
+    axes.axhline(100, color="#c33", linestyle="--", linewidth=0.8)
+    axes.set_ylabel("% of speed of light")
+    axes.set_title(title)
+    return _svg(figure)
+
+
+def level_plot(levels: Table) -> str:
+    """Correctness rate and fast_1 per scope, with their intervals."""
+    figure, axes = _figure()
+    rows = levels.rows
+    width = 0.38
+    for offset, column, color in ((-width / 2, "correct_rate", "#3b7dd8"), (width / 2, "fast_1", "#e08a2c")):
+        values = [r[column] or 0.0 for r in rows]
+        errors = [[v - (r[f"{column}_low"] if r[f"{column}_low"] is not None else v) for v, r in zip(values, rows)],
+                  [(r[f"{column}_high"] if r[f"{column}_high"] is not None else v) - v for v, r in zip(values, rows)]]
+        axes.bar([i + offset for i in range(len(rows))], values, width, yerr=errors, capsize=3, color=color,
+                 label=column)
+    axes.set_xticks(range(len(rows)), [r["scope"] for r in rows])
+    axes.set_ylim(0, 1.05)
+    axes.set_ylabel("share of problems")
+    axes.set_title("Per level: correctness rate and fast_1 (95% intervals)")
+    axes.legend(loc="upper right", fontsize=8)
+    return _svg(figure)
+
+
+def failure_plot(failures: Table) -> str:
+    """Failed samples by finding code."""
+    figure, axes = _figure()
+    rows = failures.rows[:15]
+    title = "Failed samples by finding"
+    if not rows:
+        _empty(axes, title, "no failed sample")
+        return _svg(figure)
+    axes.barh(range(len(rows)), [r["samples"] for r in rows], color="#c2553f")
+    axes.set_yticks(range(len(rows)), [r["code"] for r in rows], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("samples")
+    axes.set_title(title)
+    return _svg(figure)
+
+
+def table_html(table: Table) -> str:
+    headers, rows = display(table)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f"<section><h2>{html.escape(table.title)}</h2>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
+
+
+def render(title: str, subtitle: str, tables: Sequence[Table], curve: dict[float, Estimate], baseline: str) -> str:
+    """The whole page: five plots (speedups, fast_p, speed of light, levels, failures), then every table."""
+    by_name = {t.name: t for t in tables}
+    speedups = [r["speedup"] for r in by_name["samples"].rows if r["verdict"] == "pass" and r["speedup"]]
+    plots = [speedup_plot(speedups, baseline), fast_p_plot(curve, baseline), light_plot(by_name["problems"]),
+             level_plot(by_name["levels"]), failure_plot(by_name["failures"])]
+    cells = "".join(f'<div class="plot">{svg}</div>' for svg in plots)
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
+            f'<div class="plots">{cells}</div>' + "".join(table_html(t) for t in tables) + "</body></html>")
