@@ -14,10 +14,10 @@ from __future__ import annotations
 import html
 import io
 import math
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from kerneljudge.errors import KernelJudgeError
-from kerneljudge.reports.metrics import Estimate
+from kerneljudge.reports.metrics import FAST_P_THRESHOLDS, Estimate
 from kerneljudge.reports.tables import Table, display
 
 HEADER_HEIGHT_PX = 90
@@ -39,118 +39,112 @@ th {{ background: #f3f3f3; }} h2 {{ font-size: 16px; margin: 14px 0 6px 0; }}
 """
 
 
-def _figure():
+def _plot(title: str, data: Sequence, draw: Callable[[Any], None], why_empty: str) -> str:
+    """One plot as SVG text: `draw(axes)` when there is `data`, else `why_empty` in the middle."""
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise KernelJudgeError(f"--html needs matplotlib ({exc}): pip install 'kerneljudge[report]'") from exc
     figure = Figure(figsize=(PLOT_WIDTH_PX / _DPI, PLOT_HEIGHT_PX / _DPI), dpi=_DPI, layout="constrained")
-    return figure, figure.add_subplot()
-
-
-def _svg(figure) -> str:
+    axes = figure.add_subplot()
+    axes.set_title(title)
+    if data:
+        draw(axes)
+    else:
+        axes.text(0.5, 0.5, why_empty, ha="center", va="center", transform=axes.transAxes, fontsize=12, color="#666")
+        axes.set_xticks([])
+        axes.set_yticks([])
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 
 
-def _empty(axes, title: str, why: str) -> None:
-    axes.set_title(title)
-    axes.text(0.5, 0.5, why, ha="center", va="center", transform=axes.transAxes, fontsize=12, color="#666")
-    axes.set_xticks([])
-    axes.set_yticks([])
+def _bounds(estimates: Sequence[Estimate]) -> tuple[list[float], list[float], list[float]]:
+    """Values, lows and highs for plotting (0 for no value; the value where there is no interval)."""
+    values = [e.value or 0.0 for e in estimates]
+    lows = [e.low if e.low is not None else v for e, v in zip(estimates, values)]
+    highs = [e.high if e.high is not None else v for e, v in zip(estimates, values)]
+    return values, lows, highs
 
 
 def speedup_plot(speedups: Sequence[float], baseline: str) -> str:
     """Histogram of the correct samples' speedups on a log axis, with the baseline's 1x marked."""
-    figure, axes = _figure()
-    title = f"Speedup of correct samples against {baseline} (log scale)"
-    if not speedups:
-        _empty(axes, title, "no correct sample with a speedup")
-        return _svg(figure)
-    low, high = math.log10(min(speedups)), math.log10(max(speedups))
-    low, high = math.floor(min(low, -0.5) * 4) / 4, math.ceil(max(high, 0.5) * 4) / 4
-    edges = [10 ** (low + i * (high - low) / 30) for i in range(31)]
-    axes.hist(speedups, bins=edges, color="#3b7dd8", edgecolor="white")
-    axes.set_xscale("log")
-    axes.axvline(1.0, color="#c33", linestyle="--", label="1x (as fast as the baseline)")
-    axes.set_xlabel("speedup (x)")
-    axes.set_ylabel("samples")
-    axes.set_title(title)
-    axes.legend(loc="upper right", fontsize=8)
-    return _svg(figure)
+    def draw(axes) -> None:
+        low = math.floor(min(math.log10(min(speedups)), -0.5) * 4) / 4
+        high = math.ceil(max(math.log10(max(speedups)), 0.5) * 4) / 4
+        axes.hist(speedups, bins=[10 ** (low + i * (high - low) / 30) for i in range(31)], color="#3b7dd8",
+                  edgecolor="white")
+        axes.set_xscale("log")
+        axes.axvline(1.0, color="#c33", linestyle="--", label="1x (as fast as the baseline)")
+        axes.set_xlabel("speedup (x)")
+        axes.set_ylabel("samples")
+        axes.legend(loc="upper right", fontsize=8)
+
+    return _plot(f"Speedup of correct samples against {baseline} (log scale)", speedups, draw,
+                 "no correct sample with a speedup")
 
 
 def fast_p_plot(curve: dict[float, Estimate], baseline: str) -> str:
     """fast_p against p, with its bootstrap band and KernelBench's thresholds marked."""
-    figure, axes = _figure()
-    ps = sorted(curve)
-    values = [curve[p].value or 0.0 for p in ps]
-    axes.fill_between(ps, [curve[p].low if curve[p].low is not None else curve[p].value or 0.0 for p in ps],
-                      [curve[p].high if curve[p].high is not None else curve[p].value or 0.0 for p in ps],
-                      color="#3b7dd8", alpha=0.25, label="95% bootstrap band", step="post")
-    axes.step(ps, values, where="post", color="#1f4e99", label="fast_p")
-    for p in (0.5, 0.8, 1.0, 1.5, 2.0):
-        axes.axvline(p, color="#999", linewidth=0.6, linestyle=":")
-    axes.set_ylim(0, 1.02)
-    axes.set_xlabel(f"p (speedup threshold against {baseline})")
-    axes.set_ylabel("share of all problems")
-    axes.set_title("fast_p: correct and more than p times faster")
-    axes.legend(loc="upper right", fontsize=8)
-    return _svg(figure)
+    def draw(axes) -> None:
+        ps = sorted(curve)
+        values, lows, highs = _bounds([curve[p] for p in ps])
+        axes.fill_between(ps, lows, highs, color="#3b7dd8", alpha=0.25, label="95% bootstrap band", step="post")
+        axes.step(ps, values, where="post", color="#1f4e99", label="fast_p")
+        for p in FAST_P_THRESHOLDS[1:]:
+            axes.axvline(p, color="#999", linewidth=0.6, linestyle=":")
+        axes.set_ylim(0, 1.02)
+        axes.set_xlabel(f"p (speedup threshold against {baseline})")
+        axes.set_ylabel("share of all problems")
+        axes.legend(loc="upper right", fontsize=8)
+
+    return _plot("fast_p: correct and more than p times faster", curve, draw, "no problem")
 
 
 def light_plot(problems: Table) -> str:
     """% of speed of light (roofline floor over the time) of each problem's fastest correct sample."""
-    figure, axes = _figure()
     rows = [r for r in problems.rows if r["percent_of_light"] is not None]
-    title = "% of speed of light per problem (memory floor / time)"
-    if not rows:
-        _empty(axes, title, "no correct sample carries a roofline floor")
-        return _svg(figure)
-    axes.bar(range(len(rows)), [r["percent_of_light"] for r in rows], color="#4a9c5d")
-    axes.set_xticks(range(len(rows)), [r["problem"] for r in rows], rotation=60, ha="right",
-                    fontsize=7 if len(rows) < 40 else 4)
-    axes.axhline(100, color="#c33", linestyle="--", linewidth=0.8)
-    axes.set_ylabel("% of speed of light")
-    axes.set_title(title)
-    return _svg(figure)
+
+    def draw(axes) -> None:
+        axes.bar(range(len(rows)), [r["percent_of_light"] for r in rows], color="#4a9c5d")
+        axes.set_xticks(range(len(rows)), [r["problem"] for r in rows], rotation=60, ha="right",
+                        fontsize=7 if len(rows) < 40 else 4)
+        axes.axhline(100, color="#c33", linestyle="--", linewidth=0.8)
+        axes.set_ylabel("% of speed of light")
+
+    return _plot("% of speed of light per problem (memory floor / time)", rows, draw,
+                 "no correct sample carries a roofline floor")
 
 
 def level_plot(levels: Table) -> str:
     """Correctness rate and fast_1 per scope, with their intervals."""
-    figure, axes = _figure()
-    rows = levels.rows
-    width = 0.38
-    for offset, column, color in ((-width / 2, "correct_rate", "#3b7dd8"), (width / 2, "fast_1", "#e08a2c")):
-        values = [r[column] or 0.0 for r in rows]
-        errors = [[v - (r[f"{column}_low"] if r[f"{column}_low"] is not None else v) for v, r in zip(values, rows)],
-                  [(r[f"{column}_high"] if r[f"{column}_high"] is not None else v) - v for v, r in zip(values, rows)]]
-        axes.bar([i + offset for i in range(len(rows))], values, width, yerr=errors, capsize=3, color=color,
-                 label=column)
-    axes.set_xticks(range(len(rows)), [r["scope"] for r in rows])
-    axes.set_ylim(0, 1.05)
-    axes.set_ylabel("share of problems")
-    axes.set_title("Per level: correctness rate and fast_1 (95% intervals)")
-    axes.legend(loc="upper right", fontsize=8)
-    return _svg(figure)
+    rows, width = levels.rows, 0.38
+
+    def draw(axes) -> None:
+        for offset, column, color in ((-width / 2, "correct_rate", "#3b7dd8"), (width / 2, "fast_1", "#e08a2c")):
+            values, lows, highs = _bounds([Estimate(r[column], r[f"{column}_low"], r[f"{column}_high"]) for r in rows])
+            axes.bar([i + offset for i in range(len(rows))], values, width, capsize=3, color=color, label=column,
+                     yerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]])
+        axes.set_xticks(range(len(rows)), [r["scope"] for r in rows])
+        axes.set_ylim(0, 1.05)
+        axes.set_ylabel("share of problems")
+        axes.legend(loc="upper right", fontsize=8)
+
+    return _plot("Per level: correctness rate and fast_1 (95% intervals)", rows, draw, "no problem")
 
 
 def failure_plot(failures: Table) -> str:
-    """Failed samples by finding code."""
-    figure, axes = _figure()
+    """Failed samples by finding code (the 15 most frequent)."""
     rows = failures.rows[:15]
-    title = "Failed samples by finding"
-    if not rows:
-        _empty(axes, title, "no failed sample")
-        return _svg(figure)
-    axes.barh(range(len(rows)), [r["samples"] for r in rows], color="#c2553f")
-    axes.set_yticks(range(len(rows)), [r["code"] for r in rows], fontsize=8)
-    axes.invert_yaxis()
-    axes.set_xlabel("samples")
-    axes.set_title(title)
-    return _svg(figure)
+
+    def draw(axes) -> None:
+        axes.barh(range(len(rows)), [r["samples"] for r in rows], color="#c2553f")
+        axes.set_yticks(range(len(rows)), [r["code"] for r in rows], fontsize=8)
+        axes.invert_yaxis()
+        axes.set_xlabel("samples")
+
+    return _plot("Failed samples by finding", rows, draw, "no failed sample")
 
 
 def table_html(table: Table) -> str:
