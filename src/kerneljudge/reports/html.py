@@ -23,6 +23,8 @@ from kerneljudge.reports.tables import Table, display
 HEADER_HEIGHT_PX = 90
 PLOT_WIDTH_PX, PLOT_HEIGHT_PX, GAP_PX = 610, 380, 20
 _DPI = 100
+LABELLED_PROBLEMS = 40  # the speed-of-light plot names each problem up to this many
+_LEVEL_COLOURS = ("#4a9c5d", "#3b7dd8", "#e08a2c", "#8e5cc2")
 
 _STYLE = f"""
 body {{ margin: 0; font-family: sans-serif; color: #222; background: #fff; }}
@@ -105,12 +107,22 @@ def fast_p_plot(curve: dict[float, Estimate], baseline: str) -> str:
 def light_plot(problems: Table) -> str:
     """% of speed of light (roofline floor over the time) of each problem's fastest correct sample."""
     rows = [r for r in problems.rows if r["percent_of_light"] is not None]
+    named = len(rows) <= LABELLED_PROBLEMS  # more bars than names can be read: sorted, one colour per level
 
     def draw(axes) -> None:
-        axes.bar(range(len(rows)), [r["percent_of_light"] for r in rows], color="#4a9c5d")
-        axes.set_xticks(range(len(rows)), [r["problem"] for r in rows], rotation=60, ha="right",
-                        fontsize=7 if len(rows) < 40 else 4)
+        shown = rows if named else sorted(rows, key=lambda r: -r["percent_of_light"])
+        levels = sorted({r["level"] for r in shown})
+        for index, level in enumerate(levels):
+            at = [i for i, r in enumerate(shown) if r["level"] == level]
+            axes.bar(at, [shown[i]["percent_of_light"] for i in at], color=_LEVEL_COLOURS[index % len(_LEVEL_COLOURS)],
+                     label=f"level {level}")
+        if named:
+            axes.set_xticks(range(len(shown)), [r["problem"] for r in shown], rotation=60, ha="right", fontsize=7)
+        else:
+            axes.set_xticks([])
+            axes.set_xlabel(f"{len(shown)} problems, sorted")
         axes.axhline(100, color="#c33", linestyle="--", linewidth=0.8)
+        axes.legend(loc="upper right", fontsize=8)
         axes.set_ylabel("% of speed of light")
 
     return _plot("% of speed of light per problem (memory floor / time)", rows, draw,
