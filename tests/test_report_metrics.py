@@ -74,7 +74,11 @@ def test_compile_baseline_halves_every_speedup(store):
 def test_pass_at_k_only_where_problems_have_k_samples(store):
     passk = tables_of(store, "r1")["pass_at_k"]
     assert row(passk, scope="all", k=1)["pass_at_k"] == pytest.approx(11 / 15)
-    assert not [r for r in passk.rows if r["k"] == 5]  # no problem has 5 samples
+    assert [(r["scope"], r["k"]) for r in passk.rows] == [("all", 1), ("all", 3), ("level 1", 1), ("level 2", 1),
+                                                           ("level 2", 3)]  # 3: the most samples a problem has
+    three = row(passk, scope="all", k=3)
+    assert (three["pass_at_k"], three["problems"]) == (1.0, 1)  # level2/1 alone: 2 of 3 correct
+    assert metrics.pass_at_k_values(1) == [1] and metrics.pass_at_k_values(12) == [1, 5, 10, 12]
     assert metrics.pass_at_k(3, 2, 1) == pytest.approx(2 / 3)
     assert metrics.pass_at_k(3, 2, 2) == 1.0  # one wrong sample cannot fill two draws
     assert metrics.pass_at_k(5, 1, 2) == pytest.approx(1 - math.comb(4, 2) / math.comb(5, 2))  # 0.4

@@ -119,12 +119,16 @@ def print_tables(title: str, tables: list[Table]) -> None:
 
 @report_command.command("list")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="At most this many runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as a JSON object.")
 @click.option("--store", "store_path", type=click.Path(path_type=Path), default=None, help=_STORE_HELP)
-def list_command(limit: int, store_path: Path | None) -> None:
+def list_command(limit: int, as_json: bool, store_path: Path | None) -> None:
     """The runs in the store, newest first."""
     rows = _store(store_path).runs(limit=limit)
     table = Table("runs", "Runs in the results store, newest first",
                   ("run_id", "started_at", "finished_at", "records", "passed"), rows)
+    if as_json:
+        click.echo(json.dumps(jsonsafe(table.to_json()), indent=2))
+        return
     print_tables("kerneljudge report list", [table])
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # numpy is imported where it is used, so `kerneljudge` starts
 
 #: KernelBench's thresholds for fast_p.
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
-#: pass@k is reported for these k where problems have that many samples.
+#: pass@k is reported for these k where problems have that many samples (and for the most samples any has).
 PASS_AT_K: tuple[int, ...] = (1, 5, 10, 100)
 
 
@@ -168,6 +168,11 @@ def geomean_speedup(problems: Problems, bootstrap: Bootstrap) -> Estimate:
     estimate = ratio_estimate(logs, counts, resample_indices(len(problems), bootstrap), bootstrap.confidence,
                               transform=math.exp)
     return Estimate(estimate.value, estimate.low, estimate.high, n=sum(counts))
+
+
+def pass_at_k_values(most_samples: int) -> list[int]:
+    """The k to report pass@k at when the problem with the most samples has `most_samples`."""
+    return sorted({k for k in PASS_AT_K if k <= most_samples} | {most_samples})
 
 
 def pass_at_k_estimate(problems: Problems, k: int, bootstrap: Bootstrap) -> Estimate | None:

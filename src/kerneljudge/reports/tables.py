@@ -63,19 +63,17 @@ def report_tables(samples: Sequence[Sample], baseline: str, bootstrap: Bootstrap
     for scope, problems in scopes:
         curve = metrics.fast_p_curve(problems, metrics.FAST_P_THRESHOLDS, bootstrap)
         geo = metrics.geomean_speedup(problems, bootstrap)
-        lights = [metrics.best_sample(g).percent_of_light for g in problems]
+        bests = [metrics.best_sample(g) for g in problems]
         levels.rows.append({"scope": scope, "problems": len(problems), "samples": sum(map(len, problems)),
                             "correct_samples": sum(s.correct for g in problems for s in g),
                             **_est("correct_rate", curve[0.0]), **_est("geomean_speedup", geo),
                             "geomean_over": geo.n, **_est("fast_1", curve[1.0]),
                             "median_percent_of_light": metrics.median(
-                                [v for v, g in zip(lights, problems) if v is not None
-                                 and metrics.best_sample(g).correct])})
+                                [b.percent_of_light for b in bests if b.correct and b.percent_of_light is not None])})
         fast.rows += [{"scope": scope, "p": p, **_est("fast_p", e), "problems": e.n} for p, e in curve.items()]
-        for k in metrics.PASS_AT_K:
+        for k in metrics.pass_at_k_values(max(map(len, problems))):
             estimate = metrics.pass_at_k_estimate(problems, k, bootstrap)
-            if estimate is not None and (k == 1 or max(map(len, problems)) > 1):
-                passk.rows.append({"scope": scope, "k": k, **_est("pass_at_k", estimate), "problems": estimate.n})
+            passk.rows.append({"scope": scope, "k": k, **_est("pass_at_k", estimate), "problems": estimate.n})
     return [levels, fast, passk, problem_table(scopes[0][1], baseline), failure_table(samples),
             sample_table(samples, baseline)]
 
