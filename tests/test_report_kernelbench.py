@@ -110,3 +110,27 @@ def test_old_layout_and_missing_kernels(judged, tmp_path):
     bad.write_text(json.dumps({"1": [{"sample_id": 0}]}))
     with pytest.raises(KernelJudgeError, match="not in KernelBench's layout"):
         kernelbench.read_eval_results(bad)
+
+
+def test_a_timed_real_evaluation_reports_its_own_speedup_and_speed_of_light(judged):
+    """The figures of a report are the result's own: one timed sample, so the geomean is its speedup,
+    fast_p follows speedup > p, and % of speed of light is the floor's."""
+    folder, store = judged["folder"], judged["store"]
+    options = Options(device="cpu", store_path=None, cache_dir=folder / "cache").replace(
+        check={"trials": 1}, timing={"compile_baseline": False, "min_time_ms": 5.0, "budget_ms": 50.0, "min_runs": 5})
+    result = api.evaluate(judged["problems"] / "level1" / "1_ScaledReLU.py", judged["run_folder"] /
+                          "level_1_problem_1_sample_0_kernel.py", options)
+    assert result.verdict == "pass" and result.speedup["eager"] > 0
+    store.record(result, verb="evaluate", source=GOOD, run_id="timed")
+    data = json.loads(invoke("timed", "--store", str(store.path), "--json"))
+    speedup, light = result.speedup["eager"], result.timing["floor"]["percent_of_light"]
+    assert light > 0
+    (problem,) = data["tables"]["problems"]["rows"]
+    assert (problem["speedup"], problem["percent_of_light"]) == (speedup, light)
+    assert problem["median_ms"] == result.timing["candidate"]["median_ms"]
+    levels = {r["scope"]: r for r in data["tables"]["levels"]["rows"]}
+    assert levels["all"]["geomean_speedup"] == pytest.approx(speedup) and levels["all"]["geomean_speedup_low"] is None
+    fast = {r["p"]: r["fast_p"] for r in data["tables"]["fast_p"]["rows"] if r["scope"] == "all"}
+    assert fast == {p: float(p == 0 or speedup > p) for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)}
+    assert json.loads(invoke("timed", "--store", str(store.path), "--json", "--baseline", "compile")
+                      )["tables"]["problems"]["rows"][0]["speedup"] is None  # compile was not timed
