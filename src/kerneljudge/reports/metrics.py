@@ -144,9 +144,14 @@ def ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], d
     return Estimate(value, transform(float(low)), transform(float(high)), n=len(num))
 
 
+def fast_share(group: Sequence[Sample], p: float) -> float:
+    """The share of a problem's samples that are correct and more than p times faster."""
+    return sum(is_fast(s, p) for s in group) / len(group)
+
+
 def fast_p(problems: Problems, p: float, draws: np.ndarray, confidence: float) -> Estimate:
     """fast_p over all problems, with its interval."""
-    shares = [sum(is_fast(s, p) for s in group) / len(group) for group in problems]
+    shares = [fast_share(group, p) for group in problems]
     return ratio_estimate(shares, [1.0] * len(shares), draws, confidence)
 
 
@@ -191,6 +196,10 @@ def best_sample(group: Sequence[Sample]) -> Sample:
     if timed:
         return max(timed, key=lambda s: s.speedup)
     return next((s for s in group if s.correct), group[0])
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def median(values: Sequence[float]) -> float | None:

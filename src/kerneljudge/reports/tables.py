@@ -144,13 +144,11 @@ def compare_tables(before: Sequence[Sample], after: Sequence[Sample], names: tup
                     f"({bootstrap.confidence:.0%} bootstrap intervals)",
                     ("metric", "a", "b", *_est_columns("change"), *_est_columns("ratio"), "significant"))
     pairs = [(a_groups[k], b_groups[k]) for k in common]
-    for p in (0.0, 1.0):
-        share = [[sum(metrics.is_fast(s, p) for s in g) / len(g) for g in side] for side in zip(*pairs)] \
-            if pairs else [[], []]
-        change = metrics.paired_difference(share[0], share[1], bootstrap)
-        summary.rows.append({"metric": "correct_rate" if p == 0 else "fast_1",
-                             "a": sum(share[0]) / len(pairs) if pairs else None,
-                             "b": sum(share[1]) / len(pairs) if pairs else None,
+    for p, metric in ((0.0, "correct_rate"), (1.0, "fast_1")):
+        a_shares = [metrics.fast_share(a, p) for a, _ in pairs]
+        b_shares = [metrics.fast_share(b, p) for _, b in pairs]
+        change = metrics.paired_difference(a_shares, b_shares, bootstrap)
+        summary.rows.append({"metric": metric, "a": metrics.mean(a_shares), "b": metrics.mean(b_shares),
                              **_est("change", change), "significant": metrics.significant(change)})
     timed = [(a, b) for a, b in ((metrics.best_sample(x), metrics.best_sample(y)) for x, y in pairs)
              if a.correct and b.correct and a.speedup and b.speedup]
