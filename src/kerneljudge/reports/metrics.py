@@ -76,9 +76,6 @@ class Estimate:
     high: float | None = None
     n: int = 0  # the problems (or items) it rests on
 
-    def to_json(self) -> dict:
-        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
-
 
 Problems = Sequence[Sequence[Sample]]  # the samples of each problem, one inner sequence per problem
 
@@ -96,15 +93,6 @@ def is_fast(sample: Sample, p: float) -> bool:
     if not sample.correct:
         return False
     return p == 0 or (sample.speedup is not None and sample.speedup > p)
-
-
-def geomean(values: Sequence[float]) -> float | None:
-    """Geometric mean in log space; None for no values. Values must be > 0."""
-    if not values:
-        return None
-    if any(not v > 0 for v in values):
-        raise ValueError(f"a geometric mean needs positive values, got {min(values)}")
-    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
