@@ -165,6 +165,15 @@ def _specs() -> dict[str, Spec]:
              "is not in any figure."),
         Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
              "Its details are withheld; fix the findings of the open run first."),
+        # issue 18: reports (records imported from KernelBench's eval_results.json)
+        Spec("kernelbench-verdict", "info", "A verdict imported from KernelBench's eval_results.json",
+             "Nothing to fix: judge the same candidate with kerneljudge for the strict verdict; "
+             "`kerneljudge report RUN --disagreements` lists where the two differ and why."),
+        Spec("kernelbench-incorrect", "fail", "KernelBench found the output incorrect (imported)",
+             "See KernelBench's metadata in the record (`kerneljudge show ID`); judge it with kerneljudge "
+             "for the elements and trials that differ."),
+        Spec("kernelbench-not-compiled", "error", "KernelBench could not compile or load the candidate (imported)",
+             "See KernelBench's compilation error in the record (`kerneljudge show ID`)."),
     ]
     return {spec.code: spec for spec in entries}
 
