@@ -54,6 +54,14 @@ def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     assert check["excess_ms"] > 3.0  # most of the hidden 4.95 ms per call shows
 
 
+def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(fast):
+    # the confirming rounds' batches go on from the measurement's call indices: nothing tells them apart
+    result = judge(fast, "confirm_aware", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert "timing-tampering" in failing(result), result.timing and result.timing["cross_check"]
+    assert result.timing["cross_check"]["paired_excess_ms"] > 3.0
+
+
 def test_the_same_slow_candidate_with_honest_times_passes(fast):
     result = judge(fast, "slow_honest", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]

@@ -32,7 +32,6 @@ CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, u
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
-CONFIRM_FIRST_CALL = 1 << 30  # call indices of the confirming rounds (after any the loop can reach)
 # How much more unexplained time per call the candidate's batches may leave than the reference's under
 # the same loop before its claimed times are not believed: an absolute part (channel and scheduling
 # jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
@@ -84,6 +83,7 @@ class RemoteTimer:
     def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
         self.pacer = pacer or Pacer(0.0, clock_ms)
+        self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
@@ -96,6 +96,7 @@ class RemoteTimer:
             if before is not None:
                 before(call.index)
         first, count = calls[0].index, len(calls)
+        self.next_call = max(self.next_call, first + count)
         refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
         self.pacer.rest()
         started = self.clock_ms()
@@ -351,8 +352,9 @@ def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> 
                                              _method(j.device, opts))), STAGE)
     reference = RemoteTimer(j.referee, candidate.batch, clock_ms, candidate.pacer)  # one pause between any two
     differences, reference_slacks = [], []
+    start = candidate.next_call  # the indices go on from the measurement's: a worker cannot tell these batches apart
     for round_index in range(CONFIRM_ROUNDS):
-        first = CONFIRM_FIRST_CALL + round_index * candidate.batch
+        first = start + round_index * candidate.batch
         for timer in (candidate, reference):
             timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
             timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
