@@ -5,6 +5,7 @@ Usage: PYTHONPATH=src python benchmarks/transport.py [MIB] [cpu|cuda]
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import threading
@@ -39,7 +40,7 @@ def relay_ms(x: torch.Tensor, device: torch.device) -> float:
     elapsed = (time.perf_counter() - started) * 1e3
     assert torch.equal(x, y)
     for fd in (a, b, c, d):
-        channel.os.close(fd)
+        os.close(fd)
     return elapsed
 
 
