@@ -40,8 +40,8 @@ SLACK_TOLERANCE_MS = 0.02
 SLACK_TOLERANCE_REL = 0.10
 SLACK_NOISE_FACTOR = 3.0  # and this many times the spread of the reference's own slack (never the candidate's)
 PROGRESS_EVERY_MS = 250.0
-# The judge's pause between timed requests on the CPU (see Pacer): the knee measured on a 2-core EPYC VM with
-# a 64 MiB flush buffer is ~2 ms of idle time.
+# The judge's pause before each timed request on the CPU (see Pacer): on the 2-core EPYC VM, 2 ms of idle
+# time before a 64 MiB flush was enough for it to run unpreempted under heavy load.
 CPU_FLUSH_REST_MS = 4.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
@@ -57,13 +57,13 @@ class Pacer:
 
     On the CPU each call is preceded by a cache flush in the timed process (a memset of twice the last-level
     cache, outside the call's timed interval, so part of the unexplained time the cross-check compares).
-    That memset costs several times more when the previous one ended moments before (measured on this
-    project's 2-core EPYC VM, 64 MiB: 15 ms back to back, 2.8 ms after 2 ms idle; docs/benchmarks.md), so
-    without a pause the unexplained time per call depended on how long the calls themselves were: a
-    candidate faster than the reference (one that set torch's thread count to 1, sparing the reference's
-    OpenMP wake-ups) left more of it and failed `timing-tampering`. With every flush rested, its cost no
-    longer depends on the call. The pause is the judge's own time, outside every request it measures:
-    nothing the worker does or claims changes it."""
+    On a busy machine a process that goes from one flush to the next without sleeping is preempted in the
+    middle of it (benchmarks/flush_gap.py: a 64 MiB flush took 3.5 ms of CPU time in every case, but 24-36
+    ms of wall time right after the previous one and 3.5 ms after 2 ms idle), so the unexplained time per
+    call depended on how long and how the calls themselves ran: a one-thread candidate, which never sleeps
+    within a batch, left more of it than the reference, whose OpenMP threads do, and failed
+    `timing-tampering`. A rest before each request puts every flush after an idle gap. The pause is the
+    judge's own time, outside every request it measures: nothing the worker does or claims changes it."""
 
     rest_ms: float
     clock_ms: Callable[[], float]
