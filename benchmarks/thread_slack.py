@@ -21,7 +21,7 @@ from kerneljudge.seeds import fresh_seed
 from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
 
 ROOT = Path(__file__).resolve().parents[1]
-CANDIDATES = {"threads default": ROOT / "tests/candidates/referee/threads_default.py",
+CANDIDATES = {"threads default": ROOT / "tests/candidates/integrity/honest.py",
               "threads 1 at import": ROOT / "tests/candidates/referee/threads_at_import.py"}
 
 

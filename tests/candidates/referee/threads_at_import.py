@@ -1,6 +1,6 @@
 """Honest control: sets torch's thread count to 1 at import and leaves it there (a common way to make a
 CPU kernel's timing steadier). Its own process is its own business: the judge's timing must not take the
-setting for tampering, nor let it reach the baselines."""
+setting for tampering, nor let it reach the baselines. (tests/candidates/integrity/honest.py without the setting.)"""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
