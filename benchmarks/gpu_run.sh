@@ -64,6 +64,9 @@ for r in json.load(open(sys.argv[1]))["results"]:
           f"cross_check={t.get('cross_check')} codes={[f['code'] for f in r['findings'] if f['severity'] != 'info']}")
 PY
   done ;;
+trace) step "where one evaluation's time goes: requests by kind, bytes inline and sealed (full size, built CUDA solution)"
+  timeout 60 python benchmarks/transport.py 64 cuda
+  timeout 300 python benchmarks/request_trace.py level2/51 src/kerneljudge/suite/solutions/level2/51_*/cuda.py ;;
 served) step "judge cost through \`kerneljudge serve\` (a worker kept started between CLI calls; each call comes 8 s after the last)"
   kj serve > "$OUT/serve.log" 2>&1 & server=$!
   until kj serve --status > /dev/null; do sleep 0.2; done

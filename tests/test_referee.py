@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from conftest import CANDIDATES, SEED, codes
 from kerneljudge import api
+from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
+from kerneljudge.timing import IterationCall
 
 REFEREE = CANDIDATES / "referee"
 # a fixed count of timed calls (no convergence, a budget the count reaches first): nothing here depends on
@@ -52,6 +54,14 @@ def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     assert check["excess_ms"] > 3.0  # most of the hidden 4.95 ms per call shows
 
 
+def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(fast):
+    # the confirming rounds' batches go on from the measurement's call indices: nothing tells them apart
+    result = judge(fast, "confirm_aware", timing=SHORT_TIMING)
+    assert result.verdict == "fail"
+    assert "timing-tampering" in failing(result), result.timing and result.timing["cross_check"]
+    assert result.timing["cross_check"]["paired_excess_ms"] > 3.0
+
+
 def test_the_same_slow_candidate_with_honest_times_passes(fast):
     result = judge(fast, "slow_honest", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
@@ -80,3 +90,43 @@ def test_honest_float64_accumulation_thread_settings_and_derived_buffers_pass(fa
     result = judge(fast, "float64_threads", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
     assert not codes(result) & {"timing-tampering", "tampering", "stale-parameters"}
+
+
+def test_an_honest_candidate_that_leaves_one_thread_is_not_taken_for_tampering(fast):
+    # torch.set_num_threads(1) at import: its calls are shorter than the two-thread reference's, and a cache
+    # flush soon after the previous one costs more; the judge rests before each timed request so that the
+    # flush costs the same after any call (measure.Pacer)
+    result = judge(fast, "threads_at_import", timing=SHORT_TIMING)
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
+    assert "timing-tampering" not in codes(result), result.timing["cross_check"]
+
+
+class _FakeProcess:
+    """A timed process on a fake clock: each batch takes 10 ms of which it claims 9."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def call(self, request):
+        self.clock["ms"] += 10.0
+        return {"samples_ms": [9.0] * request.count}
+
+
+def test_the_judge_rests_before_each_timed_request_outside_the_time_it_measures():
+    clock = {"ms": 0.0}
+    slept = []
+
+    def sleep_s(seconds):
+        slept.append(seconds * 1e3)
+        clock["ms"] += seconds * 1e3
+
+    pacer = Pacer(CPU_FLUSH_REST_MS, lambda: clock["ms"], sleep_s)
+    candidate = RemoteTimer(_FakeProcess(clock), 1, lambda: clock["ms"], pacer)
+    reference = RemoteTimer(_FakeProcess(clock), 1, lambda: clock["ms"], pacer)  # in turns, as when confirming
+    for timer in (candidate, reference, candidate):
+        timer.time_calls([IterationCall(lambda i: None, 0)])
+    assert slept == [CPU_FLUSH_REST_MS, CPU_FLUSH_REST_MS]  # none before the first request, one before each other
+    assert candidate.slacks_ms == [1.0, 1.0] and reference.slacks_ms == [1.0]  # the rest is not the worker's
+    clock["ms"] += 2 * CPU_FLUSH_REST_MS  # the judge was busy longer than the rest (checking an output)
+    candidate.time_calls([IterationCall(lambda i: None, 1)])
+    assert len(slept) == 2

@@ -1,10 +1,12 @@
 """The private channel between the judge and a worker: length-prefixed JSON over inherited pipes.
 
-Not stdout or stderr (the candidate prints there) and not a file the candidate could guess: two pipe
-file descriptors handed to the worker at spawn. Only JSON crosses, never pickles, so nothing the
-worker sends can run code in the judge. Tensors travel as raw byte blobs after the JSON (`blobs`):
-bytes written to a pipe are a snapshot the sender can no longer change, and the judge relays them
-between the candidate's worker and the referee without interpreting them.
+Not stdout or stderr (the candidate prints there) and not a file the candidate could guess: two Unix
+socket descriptors handed to the worker at spawn (`pair`; pipes work too, without sealed blobs). Only
+JSON crosses, never pickles, so nothing the worker sends can run code in the judge. Tensors travel as
+blobs after the JSON: raw bytes (a snapshot the sender can no longer change once written), or, for
+large ones on a socket, sealed memory files passed as descriptors (`sealed`: a snapshot too, and the
+bytes never pass through the judge). The judge relays both between the candidate's worker and the
+referee without interpreting them; it checks a sealed blob's seals and size as it arrives.
 """
 
 from __future__ import annotations
@@ -12,29 +14,66 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
+import stat
 import struct
 import time
 from typing import Any
 
+from kerneljudge import sealed
+
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_BLOB_BYTES = 1 << 40  # a tensor's bytes; the receiver checks each blob against what it expects
+MAX_SEALED = 200  # descriptors per message (the kernel's limit is 253); more blobs cross as bytes
+Blob = bytes | bytearray | sealed.SealedBlob
 
 
 class ChannelClosed(Exception):
     """The other end closed the pipe (for the judge: the worker died)."""
 
 
+class ChannelForged(ChannelClosed):
+    """What arrived is not a well-formed message (forged or corrupted by the sender)."""
+
+
 class ChannelTimeout(Exception):
     """No message arrived before the deadline."""
 
 
-def send(fd: int, message: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
-    """Write one message; `blobs` follow it as raw bytes (their lengths go in the message's `_blobs`)."""
-    data = json.dumps({**message, "_blobs": [len(b) for b in blobs]}, allow_nan=True, default=str).encode()
-    _write_all(fd, _HEADER.pack(len(data)) + data)
+def pair() -> tuple[int, int]:
+    """The two ends of one direction of a channel: a Unix socket pair (descriptors can cross it)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return a.detach(), b.detach()
+
+
+def send(fd: int, message: dict[str, Any], blobs: list[Blob] | tuple[Blob, ...] = ()) -> None:
+    """Write one message; `blobs` follow it: raw bytes (their lengths in the message's `_blobs`), or sealed
+    memory files passed as descriptors beside it (`{"sealed": size}` there) where `fd` is a socket."""
+    passing = sealed.AVAILABLE and any(isinstance(b, sealed.SealedBlob) for b in blobs) and _is_socket(fd)
+    fds: list[int] = []
+    described: list[int | dict[str, int]] = []
+    inline: list = []
     for blob in blobs:
+        if isinstance(blob, sealed.SealedBlob) and passing and len(fds) < MAX_SEALED:
+            fds.append(blob.fd)
+            described.append({"sealed": len(blob)})
+        else:
+            described.append(len(blob))
+            inline.append(blob.buffer() if isinstance(blob, sealed.SealedBlob) else blob)
+    data = json.dumps({**message, "_blobs": described}, allow_nan=True, default=str).encode()
+    head = _HEADER.pack(len(data)) + data
+    if fds:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sent = socket.send_fds(sock, [head], fds)
+        head = head[sent:]
+    _write_all(fd, head)
+    for blob in inline:
         _write_all(fd, blob)
+
+
+def _is_socket(fd: int) -> bool:
+    return stat.S_ISSOCK(os.fstat(fd).st_mode)
 
 
 def _write_all(fd: int, payload) -> None:
@@ -45,29 +84,74 @@ def _write_all(fd: int, payload) -> None:
 
 
 def receive(fd: int, deadline: float | None = None, clock=time.monotonic) -> dict[str, Any]:
-    """Read one message; raise ChannelClosed on EOF and ChannelTimeout once `deadline` (clock time) passes.
-    Blobs that follow it are in the message under `_blobs`, as bytes."""
-    (length,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline, clock))
-    if length > MAX_MESSAGE_BYTES:
-        raise ChannelClosed(f"message of {length} bytes exceeds the channel limit")
-    message = json.loads(_read_exact(fd, length, deadline, clock))
-    if not isinstance(message, dict):
-        raise ChannelClosed("a message that is not a JSON object")
-    sizes = message.get("_blobs") or []
-    if not isinstance(sizes, list) or not all(type(n) is int and 0 <= n <= MAX_BLOB_BYTES for n in sizes):
-        raise ChannelClosed("a message with malformed blob sizes")
-    message["_blobs"] = [_read_exact(fd, n, deadline, clock) for n in sizes]
+    """Read one message; raise ChannelClosed on EOF, ChannelForged on a malformed message and
+    ChannelTimeout once `deadline` (clock time) passes. Blobs that follow it are in the message under
+    `_blobs`: bytes, or SealedBlob for the sealed memory files that came beside it (checked here)."""
+    fds: list[int] = []
+    try:
+        (length,) = _HEADER.unpack(_read_head(fd, deadline, clock, fds))
+        if length > MAX_MESSAGE_BYTES:
+            raise ChannelForged(f"message of {length} bytes exceeds the channel limit")
+        message = json.loads(_read_exact(fd, length, deadline, clock))
+        if not isinstance(message, dict):
+            raise ChannelForged("a message that is not a JSON object")
+        sizes = message.get("_blobs") or []
+        if not isinstance(sizes, list) or not all(_blob_size(n) is not None for n in sizes) \
+                or sum(isinstance(n, dict) for n in sizes) != len(fds):
+            raise ChannelForged("a message with malformed blob sizes")
+        blobs: list[Blob] = []
+        for n in sizes:
+            if isinstance(n, dict):
+                blobs.append(sealed.adopt(fds.pop(0), n["sealed"]))
+            else:
+                blobs.append(_read_exact(fd, n, deadline, clock))
+    except sealed.SealError as exc:
+        raise ChannelForged(str(exc)) from None
+    finally:
+        for left in fds:  # not taken: never leak a descriptor the sender pushed on us
+            os.close(left)
+    message["_blobs"] = blobs
     return message
+
+
+def _blob_size(n: Any) -> int | None:
+    """A blob's size as a message states it: an int (bytes inline) or {"sealed": int} (a memory file)."""
+    if isinstance(n, dict) and set(n) == {"sealed"}:
+        n = n["sealed"]
+    return n if type(n) is int and 0 <= n <= MAX_BLOB_BYTES else None
+
+
+def _read_head(fd: int, deadline: float | None, clock, fds: list[int]) -> bytes:
+    """The length header, with the descriptors that came beside it (on a socket) appended to `fds`."""
+    if not _is_socket(fd):
+        return bytes(_read_exact(fd, _HEADER.size, deadline, clock))
+    head = b""
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        while len(head) < _HEADER.size:
+            _wait(fd, deadline, clock)
+            data, got, flags, _ = socket.recv_fds(sock, _HEADER.size - len(head), MAX_SEALED,
+                                                  socket.MSG_CMSG_CLOEXEC)
+            fds.extend(got)
+            if flags & socket.MSG_CTRUNC:
+                raise ChannelForged("more descriptors than a message may carry")
+            if not data:
+                raise ChannelClosed("the other end closed the channel")
+            head += data
+    return head
+
+
+def _wait(fd: int, deadline: float | None, clock) -> None:
+    if deadline is not None:
+        wait_s = deadline - clock()
+        if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
+            raise ChannelTimeout()
 
 
 def _read_exact(fd: int, size: int, deadline: float | None, clock) -> bytes:
     buffer = bytearray(size)
     view, done = memoryview(buffer), 0
     while done < size:
-        if deadline is not None:
-            wait_s = deadline - clock()
-            if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
-                raise ChannelTimeout()
+        _wait(fd, deadline, clock)
         got = os.readv(fd, [view[done:done + (16 << 20)]])
         if not got:
             raise ChannelClosed("the other end closed the channel")

@@ -76,8 +76,8 @@ class WorkerProcess:
     def start(self) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-"))
         self.log_path = self.workdir / "output.log"
-        to_worker_r, to_worker_w = os.pipe()
-        from_worker_r, from_worker_w = os.pipe()
+        to_worker_r, to_worker_w = channel.pair()  # sockets: sealed blobs cross as descriptors
+        from_worker_r, from_worker_w = channel.pair()
         env = dict(os.environ)
         package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
@@ -116,6 +116,11 @@ class WorkerProcess:
             raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past its {self.options.timeout_s:g} s "
                                            f"limit during stage {op} and was stopped", stage=op),
                                 self.output_tail()) from exc
+        except channel.ChannelForged as exc:
+            self._kill()
+            code = "tampering" if self.role == "worker" else "judge-error"
+            raise WorkerFailure(Finding.of(code, f"during stage {op} the {self.role} sent a malformed "
+                                           f"message ({exc})", stage=op), self.output_tail()) from exc
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
         if reply.get("poisoned"):

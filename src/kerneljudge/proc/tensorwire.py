@@ -1,7 +1,8 @@
 """Tensors as data on the channel: a JSON description plus the raw bytes of each tensor.
 
 `pack` runs where the values are (a snapshot taken at once: the bytes are copied off the device and out
-of the process's reach when they are written to the pipe). `unpack` runs on the receiving side and
+of the process's reach, into the channel or, for a large tensor, straight from the device into a memory
+file sealed before it is named: `sealed`). `unpack` runs on the receiving side and
 trusts nothing: every dtype, shape and byte count is checked against the description, and only plain
 numbers, strings, booleans and None come through as non-tensor values (no objects, no pickles).
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 
+from kerneljudge import sealed
+
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
@@ -28,14 +31,25 @@ class WireError(ValueError):
     """What arrived does not match its own description (malformed or forged data)."""
 
 
-def _bytes_of(t: torch.Tensor) -> bytes:
-    """A copy of the tensor's bytes (`bytes(storage)` would go element by element: 2 us each)."""
+def _bytes_of(t: torch.Tensor) -> bytes | sealed.SealedBlob:
+    """A copy of the tensor's bytes: a sealed memory file written straight from the device for a large one,
+    else bytes (`bytes(storage)` would go element by element: 2 us each)."""
     flat = t.detach().reshape(-1).contiguous()
+    size = flat.numel() * flat.element_size()
+    if size >= sealed.MIN_BYTES and sealed.AVAILABLE:
+        return sealed.write(size, lambda mapped: _copy_into(mapped, flat))
     if flat.device.type != "cpu":
         flat = flat.cpu()
     if not flat.numel():
         return b""
-    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
+    return ctypes.string_at(flat.data_ptr(), size)
+
+
+def _copy_into(mapped, flat: torch.Tensor) -> None:
+    """The tensor's bytes into a shared mapping (device to host in one copy); no reference to it is kept."""
+    target = torch.frombuffer(mapped, dtype=flat.dtype)
+    target.copy_(flat)
+    del target
 
 
 def pack_tensor(t: torch.Tensor) -> tuple[dict[str, Any], bytes]:
@@ -119,10 +133,15 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> to
     itemsize = torch.empty((), dtype=dtype).element_size()
     if len(data) != math.prod(shape) * itemsize:
         raise WireError(f"{len(data)} bytes for a {meta['dtype']} tensor of shape {shape}")
-    if not data:
+    if not len(data):
         return torch.empty(shape, dtype=dtype, device=device)
-    flat = torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype)
-    return flat.reshape(shape).to(device)
+    if isinstance(data, sealed.SealedBlob):  # copied at once: a mapping would hold a descriptor open
+        with data.buffer() as mapped:
+            view = torch.frombuffer(mapped, dtype=dtype)
+            copied = view.reshape(shape).to(device, copy=True)
+            del view
+        return copied
+    return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
 def unpack_values(meta: list, blobs: list, device: torch.device) -> list:

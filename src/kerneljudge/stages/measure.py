@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,7 +32,6 @@ CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, u
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
-CONFIRM_FIRST_CALL = 1 << 30  # call indices of the confirming rounds (after any the loop can reach)
 # How much more unexplained time per call the candidate's batches may leave than the reference's under
 # the same loop before its claimed times are not believed: an absolute part (channel and scheduling
 # jitter) and a part relative to the claimed median. This is the residual: a worker could shorten its
@@ -40,6 +40,9 @@ SLACK_TOLERANCE_MS = 0.02
 SLACK_TOLERANCE_REL = 0.10
 SLACK_NOISE_FACTOR = 3.0  # and this many times the spread of the reference's own slack (never the candidate's)
 PROGRESS_EVERY_MS = 250.0
+# The judge's pause before each timed request on the CPU (see Pacer): on the 2-core EPYC VM, 2 ms of idle
+# time before a 64 MiB flush was enough for it to run unpreempted under heavy load.
+CPU_FLUSH_REST_MS = 4.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
 # run's, both ways (wide enough for a noisy CPU, where compiling again costs 8-27 s; a stale entry from
@@ -48,12 +51,39 @@ COMPILE_CACHE_FACTOR = 2.0
 CACHEABLE_REL_SEM = 0.02  # a baseline noisier than this is not cached
 
 
+@dataclass
+class Pacer:
+    """The judge's pause before each timed request on the CPU, shared by the processes timed in turn.
+
+    On the CPU each call is preceded by a cache flush in the timed process (a memset of twice the last-level
+    cache, outside the call's timed interval, so part of the unexplained time the cross-check compares).
+    On a busy machine a process that goes from one flush to the next without sleeping is preempted in the
+    middle of it (benchmarks/flush_gap.py: a 64 MiB flush took 3.5 ms of CPU time in every case, but 24-36
+    ms of wall time right after the previous one and 3.5 ms after 2 ms idle), so the unexplained time per
+    call depended on how long and how the calls themselves ran: a one-thread candidate, which never sleeps
+    within a batch, left more of it than the reference, whose OpenMP threads do, and failed
+    `timing-tampering`. A rest before each request puts every flush after an idle gap. The pause is the
+    judge's own time, outside every request it measures: nothing the worker does or claims changes it."""
+
+    rest_ms: float
+    clock_ms: Callable[[], float]
+    sleep_s: Callable[[float], None] = time.sleep
+    last_reply_ms: float = float("-inf")
+
+    def rest(self) -> None:
+        wait_ms = self.rest_ms - (self.clock_ms() - self.last_reply_ms)
+        if wait_ms > 0:
+            self.sleep_s(wait_ms / 1e3)
+
+
 class RemoteTimer:
     """A `timing.CallTimer` whose calls run in another process, a batch per request, each request timed by
-    the judge's clock. `before(i)` may leave a refill seed in `refills` for call i."""
+    the judge's clock (after the pacer's rest). `before(i)` may leave a refill seed in `refills` for call i."""
 
-    def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float]):
+    def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
+        self.pacer = pacer or Pacer(0.0, clock_ms)
+        self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
@@ -66,10 +96,13 @@ class RemoteTimer:
             if before is not None:
                 before(call.index)
         first, count = calls[0].index, len(calls)
+        self.next_call = max(self.next_call, first + count)
         refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
+        self.pacer.rest()
         started = self.clock_ms()
         reply = self.process.call(protocol.TimeBatch(first, count, refills))
-        wall = self.clock_ms() - started
+        self.pacer.last_reply_ms = self.clock_ms()
+        wall = self.pacer.last_reply_ms - started
         if reply.get("findings") or reply.get("error"):
             self.findings = [Finding.from_json(f) for f in reply.get("findings") or []]
             raise TimedCallFailed(reply.get("error") or "a timed call failed")
@@ -147,7 +180,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     sets = int(protocol.number(ready.get("input_sets"), "input_sets", low=1, high=len(set_seeds)))
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
-    timer = RemoteTimer(process, sets if j.device.startswith("cuda") else 1, clock_ms)
+    on_gpu = j.device.startswith("cuda")
+    timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms))
     # enough batches for the cross-check's medians, where the budget allows
     least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
@@ -316,10 +350,11 @@ def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> 
     opts = j.options.timing
     j.take(j.referee.call(protocol.TimeSetup("calibration", [fresh_seed() for _ in range(opts.input_sets)],
                                              _method(j.device, opts))), STAGE)
-    reference = RemoteTimer(j.referee, candidate.batch, clock_ms)
+    reference = RemoteTimer(j.referee, candidate.batch, clock_ms, candidate.pacer)  # one pause between any two
     differences, reference_slacks = [], []
+    start = candidate.next_call  # the indices go on from the measurement's: a worker cannot tell these batches apart
     for round_index in range(CONFIRM_ROUNDS):
-        first = CONFIRM_FIRST_CALL + round_index * candidate.batch
+        first = start + round_index * candidate.batch
         for timer in (candidate, reference):
             timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
             timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
