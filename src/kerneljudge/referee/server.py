@@ -125,6 +125,7 @@ class Referee:
             received = self._received(request.output, blobs)
             after = (tensorwire.unpack_values(request.inputs_after, blobs, self.device)
                      if request.inputs_after is not None else None)
+            blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []

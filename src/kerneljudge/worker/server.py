@@ -168,6 +168,7 @@ class Worker:
     def forward(self, request: protocol.Forward, blobs: list) -> Reply:
         session = self.session
         args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        blobs.clear()  # the inputs' bytes are not held beside the inputs during the call
         if request.reuse is not None:  # the same buffers, new values
             kept = session.kept[request.reuse]
             for buffer, fresh in zip(kept, args):
