@@ -118,13 +118,18 @@ def gb(value) -> str:
     return f"{value / 1e9:.3g}" if isinstance(value, (int, float)) else "-"
 
 
+def _order(entry: dict) -> tuple[str, int]:
+    level, name = entry["problem"].split("/")
+    return level, int(name.split("_")[0])
+
+
 def write_doc() -> None:
     """docs/memory-sweep.md from every state file present."""
     lines = ["# Memory sweep: every KernelBench problem judged with the honest candidate", "",
              "Written by `benchmarks/memory_sweep.py` (issue 16). The candidate is the reference with `Model` "
              "renamed `ModelNew`; quick mode (correctness and probes, no timing). *Judge peak* is the sum over "
              "the referee and the worker (GPU: the allocator's `max_memory_allocated`; CPU: each process's "
-             "resident-set peak above its baseline after importing torch); *footprint* is the problem's "
+             "resident-set peak above its resident set when the problem's work began); *footprint* is the problem's "
              "parameters, inputs, outputs and (GPU) the reference's activations.", ""]
     for state in sorted(RESULTS.glob("memory_sweep_*.jsonl")):
         mode = state.stem.removeprefix("memory_sweep_")
@@ -139,9 +144,10 @@ def write_doc() -> None:
                      if ratios else "") + ".", "",
                   "| problem | verdict | judge peak GB | footprint GB | peak / footprint | float64 | wall s | "
                   "sizes | why not pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in sorted(rows, key=lambda r: (r["problem"].split("/")[0], int(r["problem"].split("/")[1].split("_")[0]))):
+        for r in sorted(rows, key=_order):
             why = "" if r["verdict"] == "pass" else f"{', '.join(r['codes'])}: {r['message']}".replace("|", "/")
-            lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes'])} | {gb(r['footprint_bytes'])} "
+            lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes'])} "
+                         f"| {gb(r['footprint_bytes'])} "
                          f"| {r['ratio'] if r['ratio'] is not None else '-'} | {r['float64'] or '-'} | {r['wall_s']} | "
                          f"{r['sizes'] or 'full'} | {why[:160]} |")
         lines.append("")

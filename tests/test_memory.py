@@ -43,8 +43,9 @@ def honest(problem: Path, folder: Path) -> Path:
 def problem_file(folder: Path, name: str, forward: str, inputs: str = "torch.rand(batch_size, dim)",
                  sizes: str = "batch_size = 16\ndim = 1024") -> Path:
     path = folder / f"{name}.py"
-    path.write_text(f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-                    f"        super().__init__()\n\n    def forward(self, x):\n        return {forward}\n\n\n{sizes}\n\n\n"
+    path.write_text(f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    f"    def __init__(self):\n        super().__init__()\n\n"
+                    f"    def forward(self, x):\n        return {forward}\n\n\n{sizes}\n\n\n"
                     f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
     return path
 
@@ -144,7 +145,8 @@ def test_memory_grows_with_the_footprint_by_the_stated_multiple(fast, tmp_path):
     ("level1/23_Softmax.py", (("batch_size", "4"), ("dim", "64"))),
     ("level1/54_conv_standard_3D__square_input__square_kernel.py",
      (("batch_size", "2"), ("depth", "8"), ("width", "8"), ("height", "8"), ("out_channels", "8"))),
-    ("level2/1_Conv2D_ReLU_BiasAdd.py", (("batch_size", "2"), ("in_channels", "8"), ("out_channels", "8"), ("height", "16"), ("width", "16"))),
+    ("level2/1_Conv2D_ReLU_BiasAdd.py",
+     (("batch_size", "2"), ("in_channels", "8"), ("out_channels", "8"), ("height", "16"), ("width", "16"))),
     ("level3/1_MLP.py", (("batch_size", "2"), ("input_size", "64"), ("layer_sizes", "[32,16]"),
                          ("output_size", "8"))),
 ])

@@ -218,7 +218,8 @@ class Options:
         for name, value in self.overrides:
             words += ["--set", f"{name}={value}"]
         default = Options()
-        for path in ("check.trials", "check.atol", "check.rtol", "protocol", "timing.budget_ms",
+        for path in ("check.trials", "check.atol", "check.rtol", "check.float64_budget_mb", "protocol",
+                     "timing.budget_ms",
                      "worker.timeout_s", "worker.memory_limit_mb", "arch"):
             value = _field(self, path)
             if value is not None and value != _field(default, path):

@@ -3,7 +3,7 @@ problem's footprint estimated without allocating it (on the meta device).
 
 The peaks are the process's own high-water marks: the resident set's (`getrusage`, no psutil) and, on a
 GPU, the caching allocator's `max_memory_allocated`. The resident set includes torch's own libraries,
-so the baseline taken when the process starts is reported beside it.
+so a baseline taken when the problem's work begins (the resident set then) is reported beside it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from kerneljudge.proc.inputs import seed_generators
 def rss_peak_bytes() -> int:
     """This process's resident-set high-water mark (Linux reports kilobytes)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_now_bytes() -> int:
+    """This process's resident set now (the baseline: taken when the problem's work begins, after torch,
+    the problem and the candidate are imported)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def device_total_bytes(device: torch.device) -> int:

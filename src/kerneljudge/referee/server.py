@@ -55,7 +55,7 @@ class Referee:
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
         }
-        self.baseline_rss_bytes = memory.rss_peak_bytes()
+        self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
         try:
@@ -77,6 +77,7 @@ class Referee:
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
         from kerneljudge.worker.build import import_problem
 
+        self.baseline_rss_bytes = memory.rss_now_bytes()
         problem = request.problem
         try:
             module = import_problem(problem["path"], problem["source"], problem["constants"])
@@ -174,7 +175,8 @@ class Referee:
                 model = torch.compile(session.reference)
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
-        self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem, self.device, request.set_seeds,
+        self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem,
+                                self.device, request.set_seeds,
                                 request.method, _clock_ns)
         try:
             return self.timed.describe(request.describe), []  # torch.compile compiles here, outside the timing

@@ -76,7 +76,7 @@ def _ratios(block: dict[str, Any]) -> dict[str, Any]:
         peak, measured = sum(p["cuda_peak_bytes"] for p in processes), "cuda max_memory_allocated"
     else:
         peak = sum(max(0, p["rss_peak_bytes"] - p["rss_baseline_bytes"]) for p in processes)
-        measured = "resident set above each process's baseline"
+        measured = "resident-set peaks above each process's resident set when the problem's work began"
     return {"judge_peak_bytes": peak, "judge_peak_measured": measured,
             "peak_over_footprint": round(peak / footprint, 2) if footprint else None}
 

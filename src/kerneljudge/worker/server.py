@@ -56,7 +56,7 @@ class Worker:
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
         }
-        self.baseline_rss_bytes = memory.rss_peak_bytes()
+        self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
@@ -136,6 +136,7 @@ class Worker:
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
         """ModelNew from the same seed as the reference, then the reference's state loaded into it."""
+        self.baseline_rss_bytes = memory.rss_now_bytes()
         session = self.session
         seed_generators(request.init_inputs_seed, self.device)
         init_inputs = list(session.loaded.problem.get_init_inputs())
