@@ -12,7 +12,7 @@ started but never finished (the process was killed) is recorded as `killed` inst
 
 GPU, full sizes, one H200, in 10-minute device calls (repeat until it prints `all done`; copy the state
 file back between calls when the machine is fresh):
-    python benchmarks/memory_sweep.py --device cuda --budget-s 540
+    python benchmarks/memory_sweep.py --device cuda
 CPU, small sizes, a sample of each level:
     python benchmarks/memory_sweep.py --device cpu --small --sample 10 --budget-s 3000
 Both write docs/memory-sweep.md (one table per mode) from the state files in benchmarks/results/; with
@@ -163,9 +163,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small sizes (CPU): batch 2, large sizes divided down")
     parser.add_argument("--sample", type=int, default=None, help="this many problems per level, spread evenly")
     parser.add_argument("--only", default=None, help="problems whose path contains this")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="start no problem after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=400.0, help="start no problem after this many seconds")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--timeout-s", type=float, default=240.0, help="per evaluation")
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     state = RESULTS / f"memory_sweep_{args.device}{'-small' if args.small else ''}.jsonl"

@@ -2,8 +2,9 @@
 not at all (the reference at its own precision is the truth then, and the report says why).
 
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
-in float64). Where that does not fit the budget (a share of the memory free after the native run), the
-inputs are split along dimension 0 and the float64 reference runs chunk by chunk. That is only right
+in float64). Where that exceeds the budget (`--float64-budget-mb`; by default the native run's own memory,
+so checking in float64 does not double the judge's peak, within a quarter of the free memory and never
+under 256 MB), the inputs are split along dimension 0 and the float64 reference runs chunk by chunk. That is only right
 for a batch-separable model (row i of the output depends on row i of the inputs alone), which is
 verified first on a secret sample of rows: the native reference on those rows alone must give the rows
 of its full output. The truth is kept in float32 where the output is not float64 (its rounding, 6e-8
@@ -24,6 +25,7 @@ from kerneljudge.proc.inputs import clone_args, upcast
 BUDGET_SHARE = 0.25  # of the memory free after the native reference ran: the rest is the worker's and the comparison's
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 MAX_CHUNKS = 1 << 12
+CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked
 
 
 def measure_start(device: torch.device) -> int:
@@ -49,6 +51,7 @@ class Float64Plan:
     def __init__(self, device: torch.device, budget_bytes: int | None):
         self.device, self.budget_bytes = device, budget_bytes
         self.chunks = 1
+        self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
 
@@ -68,10 +71,18 @@ class Float64Plan:
         return {"float64": "full"}
 
     def size(self, footprint: dict[str, int], device: torch.device) -> None:
-        """Chunks enough for the float64 run to fit the budget (the native run's memory, doubled)."""
-        need = 2 * (footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0))
-        budget = self.budget_bytes if self.budget_bytes is not None else int(
-            memory.device_free_bytes(device) * BUDGET_SHARE)
+        """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
+        one, else no more than the native run's own memory (so checking in float64 does not double the
+        judge's peak) but at least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits
+        a quarter of the free memory."""
+        native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
+        need = 2 * native
+        free_share = int(memory.device_free_bytes(device) * BUDGET_SHARE)
+        if self.budget_bytes is not None:
+            budget = self.whole_limit = self.budget_bytes
+        else:
+            budget, self.whole_limit = max(min(free_share, native), CHUNK_FLOOR_BYTES), free_share
+        self.need = need
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 
     def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected) -> Any:
@@ -87,10 +98,12 @@ class Float64Plan:
                 return None
         if self.separable is None:
             self.separable = _rows_separable(native, inputs, expected, self.chunks)
-            if not self.separable:
-                self.give_up("the float64 reference does not fit in memory and the model is not separable "
-                             "along dimension 0")
+            if not self.separable and self.need <= self.whole_limit:
+                self.chunks = 1  # rows depend on each other, but the whole run fits (else it gives up below)
+                return self.run(run64, native, inputs, expected)
         if not self.separable:
+            self.give_up("the float64 reference does not fit in memory and the model is not separable "
+                         "along dimension 0")
             return None
         try:
             return _chunked(run64, inputs, expected, self.chunks)

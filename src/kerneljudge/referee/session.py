@@ -100,9 +100,11 @@ class RefereeSession:
         along the batch dimension, or not at all: a stochastic reference's float64 draws differ from its
         own, and a reference that builds tensors in the default dtype cannot run in float64)."""
         first = not self.footprint
+        args = clone_args(inputs)  # the reference may change its inputs; the kept ones are the candidate's
         if first:
             start = measure_start(self.device)
-        expected = self.run(self.reference, clone_args(inputs))
+        expected = self.run(self.reference, args)
+        del args
         if first:
             self.footprint = footprint(self.device, start, self.reference, inputs, expected)
             self.plan.size(self.footprint, self.device)
