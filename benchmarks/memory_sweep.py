@@ -16,7 +16,8 @@ file back between calls when the machine is fresh):
 CPU, small sizes, a sample of each level:
     python benchmarks/memory_sweep.py --device cpu --small --sample 10 --budget-s 3000
 Both write docs/memory-sweep.md (one table per mode) from the state files in benchmarks/results/; with
-$OUT set (a device call) the state file and the table are copied there too.
+$OUT set (a device call) the state file and the table are copied there too; `--table-only` rewrites the
+table from the state files alone.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "memory-sweep.md"
 SMALL_BATCH = 2
 SMALL_LIMIT = 64  # --small: int constants above this are divided down to it or a little above
+SMALL_SPATIAL = 16  # --small, levels 1-2: spatial sizes (height, width, depth, length) above this
 KEEP_NAMES = re.compile(r"height|width|image|img|size_h|size_w|^h$|^w$|depth|length|^d$|^l$", re.I)
 
 
@@ -52,9 +54,10 @@ def honest_candidate(problem: Path, folder: Path) -> Path:
     return path
 
 
-def small_sizes(problem: Path, batch_only: bool) -> tuple[tuple[str, str], ...]:
-    """--set overrides for a CPU run: batch sizes to 2 and (unless `batch_only`) other large int sizes
-    divided by a power of two down to about SMALL_LIMIT (spatial sizes are kept: networks need them)."""
+def small_sizes(problem: Path, spatial: bool) -> tuple[tuple[str, str], ...]:
+    """--set overrides for a CPU run: batch sizes to 2, other large int sizes divided by a power of two
+    down to about SMALL_LIMIT, and with `spatial` (levels 1 and 2) spatial sizes to SMALL_SPATIAL
+    (level 3's networks need theirs)."""
     overrides = []
     for name, value in load_problem(problem).constants.items():
         if type(value) is not int:
@@ -62,7 +65,10 @@ def small_sizes(problem: Path, batch_only: bool) -> tuple[tuple[str, str], ...]:
         if "batch" in name.lower():
             if value > SMALL_BATCH:
                 overrides.append((name, str(SMALL_BATCH)))
-        elif not batch_only and value > SMALL_LIMIT and not KEEP_NAMES.search(name):
+        elif KEEP_NAMES.search(name):
+            if spatial and value > SMALL_SPATIAL:
+                overrides.append((name, str(SMALL_SPATIAL)))
+        elif value > SMALL_LIMIT:
             shrunk = value
             while shrunk > SMALL_LIMIT and shrunk % 2 == 0:
                 shrunk //= 2
@@ -166,7 +172,10 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=400.0, help="start no problem after this many seconds")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")
+    parser.add_argument("--table-only", action="store_true", help="only write docs/memory-sweep.md from the state")
     args = parser.parse_args()
+    if args.table_only:
+        return write_doc()
     RESULTS.mkdir(parents=True, exist_ok=True)
     state = RESULTS / f"memory_sweep_{args.device}{'-small' if args.small else ''}.jsonl"
     done, killed = load_state(state)
@@ -188,7 +197,9 @@ def main() -> None:
             name = f"{problem.parent.name}/{problem.stem}"
             append(state, {"problem": name, "started": True})
             candidate = honest_candidate(problem, Path(folder))
-            tiers = [small_sizes(problem, False), small_sizes(problem, True)] if args.small else [()]
+            level1or2 = problem.parent.name in ("level1", "level2")
+            tiers = ([small_sizes(problem, True), small_sizes(problem, False)] if level1or2 else
+                     [small_sizes(problem, False)]) if args.small else [()]
             for overrides in tiers:
                 t0 = time.monotonic()
                 result = api.check(problem, candidate, pool=pool, device=args.device, overrides=overrides,
