@@ -43,7 +43,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "memory-sweep.md"
 SMALL_BATCH = 2
 SMALL_LIMIT = 64  # --small: int constants above this are divided down to it or a little above
-SMALL_SPATIAL = 16  # --small, levels 1-2: spatial sizes (height, width, depth, length) above this
+SMALL_SPATIAL = 32  # --small: spatial sizes (height, width, depth, length) above this, where the problem allows
 KEEP_NAMES = re.compile(r"height|width|image|img|size_h|size_w|^h$|^w$|depth|length|^d$|^l$", re.I)
 
 
@@ -56,10 +56,13 @@ def honest_candidate(problem: Path, folder: Path) -> Path:
 
 def small_sizes(problem: Path, spatial: bool) -> tuple[tuple[str, str], ...]:
     """--set overrides for a CPU run: batch sizes to 2, other large int sizes divided by a power of two
-    down to about SMALL_LIMIT, and with `spatial` (levels 1 and 2) spatial sizes to SMALL_SPATIAL
-    (level 3's networks need theirs)."""
+    down to about SMALL_LIMIT, and with `spatial` spatial sizes to SMALL_SPATIAL (a network whose layers
+    need its own image size rejects that: it is then run with them kept)."""
     overrides = []
     for name, value in load_problem(problem).constants.items():
+        if isinstance(value, list) and value and all(type(v) is int for v in value) and not KEEP_NAMES.search(name):
+            overrides.append((name, "[" + ",".join(str(_shrunk(v)) for v in value) + "]"))  # layer sizes
+            continue
         if type(value) is not int:
             continue
         if "batch" in name.lower():
@@ -69,11 +72,16 @@ def small_sizes(problem: Path, spatial: bool) -> tuple[tuple[str, str], ...]:
             if spatial and value > SMALL_SPATIAL:
                 overrides.append((name, str(SMALL_SPATIAL)))
         elif value > SMALL_LIMIT:
-            shrunk = value
-            while shrunk > SMALL_LIMIT and shrunk % 2 == 0:
-                shrunk //= 2
-            overrides.append((name, str(shrunk if shrunk <= 4 * SMALL_LIMIT else SMALL_LIMIT)))
+            overrides.append((name, str(_shrunk(value))))
     return tuple(overrides)
+
+
+def _shrunk(value: int) -> int:
+    """Halved while above SMALL_LIMIT and even (ratios between sizes kept), SMALL_LIMIT if still large."""
+    shrunk = value
+    while shrunk > SMALL_LIMIT and shrunk % 2 == 0:
+        shrunk //= 2
+    return shrunk if shrunk <= 4 * SMALL_LIMIT else SMALL_LIMIT
 
 
 def problems(levels: list[int], sample: int | None, only: str | None) -> list[Path]:
@@ -197,9 +205,7 @@ def main() -> None:
             name = f"{problem.parent.name}/{problem.stem}"
             append(state, {"problem": name, "started": True})
             candidate = honest_candidate(problem, Path(folder))
-            level1or2 = problem.parent.name in ("level1", "level2")
-            tiers = ([small_sizes(problem, True), small_sizes(problem, False)] if level1or2 else
-                     [small_sizes(problem, False)]) if args.small else [()]
+            tiers = [small_sizes(problem, True), small_sizes(problem, False)] if args.small else [()]
             for overrides in tiers:
                 t0 = time.monotonic()
                 result = api.check(problem, candidate, pool=pool, device=args.device, overrides=overrides,
