@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from kerneljudge import api  # noqa: E402
+from kerneljudge.errors import KernelJudgeError  # noqa: E402
 from kerneljudge.isolation import WorkerPool  # noqa: E402
 from kerneljudge.problem import load_problem  # noqa: E402
 
@@ -145,6 +146,9 @@ def write_doc() -> None:
              "the referee and the worker (GPU: the allocator's `max_memory_allocated`; CPU: each process's "
              "resident-set peak above its resident set when the problem's work began); *footprint* is the problem's "
              "parameters, inputs, outputs and (GPU) the reference's activations.", ""]
+    if not (RESULTS / "memory_sweep_cuda.jsonl").exists():
+        lines += ["## GPU (H200), full sizes", "", "Not run yet: `python benchmarks/memory_sweep.py --device cuda` "
+                  "(resumable; see the script's docstring).", ""]
     for state in sorted(RESULTS.glob("memory_sweep_*.jsonl")):
         mode = state.stem.removeprefix("memory_sweep_")
         done, killed = load_state(state)
@@ -195,7 +199,6 @@ def main() -> None:
     todo = [p for p in problems([int(x) for x in args.levels.split(",")], args.sample, args.only)
             if f"{p.parent.name}/{p.stem}" not in done]
     started = time.monotonic()
-    store = Path(tempfile.mkdtemp()) / "store.sqlite"
     with tempfile.TemporaryDirectory() as folder, WorkerPool(spares=2) as pool:
         pool.fill()
         for index, problem in enumerate(todo):
@@ -208,9 +211,16 @@ def main() -> None:
             tiers = [small_sizes(problem, True), small_sizes(problem, False)] if args.small else [()]
             for overrides in tiers:
                 t0 = time.monotonic()
-                result = api.check(problem, candidate, pool=pool, device=args.device, overrides=overrides,
-                                   store_path=store, check={"trials": args.trials},
-                                   worker={"timeout_s": args.timeout_s})
+                try:
+                    result = api.check(problem, candidate, pool=pool, device=args.device, overrides=overrides,
+                                       store_path=None, check={"trials": args.trials},
+                                       worker={"timeout_s": args.timeout_s})
+                except KernelJudgeError as exc:  # a usage error (a size the problem refuses): said, not fatal
+                    entry = {"problem": name, "verdict": "usage-error", "codes": ["usage-error"],
+                             "message": str(exc)[:200], "judge_peak_bytes": None, "footprint_bytes": None,
+                             "ratio": None, "float64": None, "wall_s": round(time.monotonic() - t0, 1),
+                             "sizes": " ".join(f"{k}={v}" for k, v in overrides)}
+                    continue
                 entry = row(problem, result, time.monotonic() - t0, overrides)
                 if not (args.small and entry["verdict"] == "error" and "problem-error" in entry["codes"]):
                     break  # sizes that the problem's own code accepts
