@@ -72,6 +72,8 @@ CHECKING_OPTIONS = (
     click.option("--atol", type=float, default=None, help="Absolute tolerance (default: from the dtype)."),
     click.option("--rtol", type=float, default=None, help="Relative tolerance (default: from the dtype)."),
     click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
+    click.option("--float64-budget-mb", type=int, default=None,
+                 help="Run the float64 reference in chunks beyond this (default: a quarter of free memory)."),
     click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True,
                  help="kernelbench: KernelBench's own protocol, with strict beside it; the report says where "
                       "the two verdicts differ."),
@@ -101,7 +103,8 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
     return base.replace(
         device=kw["device"], preset=kw["preset"], overrides=_overrides(kw["sets"]), protocol=kw["protocol"],
         probes=probes and not kw["no_probes"],
-        check={"trials": kw["trials"], "atol": kw["atol"], "rtol": kw["rtol"], "seed": kw["seed"]},
+        check={"trials": kw["trials"], "atol": kw["atol"], "rtol": kw["rtol"], "seed": kw["seed"],
+               "float64_budget_mb": kw["float64_budget_mb"]},
         timing={"enabled": timing, **({"budget_ms": kw["budget_ms"], "cuda_graph": kw["cuda_graph"],
                                        "baselines": not kw["no_baselines"]} if "budget_ms" in kw else {})},
         worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"]},

@@ -174,6 +174,13 @@ def _specs() -> dict[str, Spec]:
              "for the elements and trials that differ."),
         Spec("kernelbench-not-compiled", "error", "KernelBench could not compile or load the candidate (imported)",
              "See KernelBench's compilation error in the record (`kerneljudge show ID`)."),
+        # issue 16: memory
+        Spec("problem-too-large", "error", "The problem itself cannot fit on the device",
+             "Judge it at smaller sizes (--set, --preset) or on a device with more memory: the referee and the "
+             "worker each hold the parameters, the inputs and the outputs."),
+        Spec("stochastic-reference", "info", "The reference draws random numbers in forward",
+             "Nothing to fix: the generators are seeded alike before the reference's and the candidate's calls, "
+             "so draw the same numbers in the same order (torch.randn with the reference's shapes and device)."),
     ]
     return {spec.code: spec for spec in entries}
 

@@ -121,6 +121,7 @@ class CheckOptions:
     atol: float | None = None  # None: from the output dtype (DEFAULT_TOLERANCE)
     rtol: float | None = None
     seed: int | None = None  # None: a secret random seed per run
+    float64_budget_mb: int | None = None  # the float64 reference runs in chunks beyond it; None: 1/4 of free memory
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,8 @@ class Options:
         _check_number(check.trials, "check.trials", integer=True, minimum=1)
         _check_number(check.atol, "check.atol", optional=True)
         _check_number(check.rtol, "check.rtol", optional=True)
+        _check_number(check.float64_budget_mb, "check.float64_budget_mb", integer=True, minimum=1, optional=True,
+                      unit=" MB")
         if check.seed is not None and (not isinstance(check.seed, int) or isinstance(check.seed, bool)):
             raise UsageError(f"{{argument}} must be an integer or unset (got {check.seed!r})", "check.seed")
         for name in ("warmup_runs", "checked_calls"):
@@ -215,7 +218,8 @@ class Options:
         for name, value in self.overrides:
             words += ["--set", f"{name}={value}"]
         default = Options()
-        for path in ("check.trials", "check.atol", "check.rtol", "protocol", "timing.budget_ms",
+        for path in ("check.trials", "check.atol", "check.rtol", "check.float64_budget_mb", "protocol",
+                     "timing.budget_ms",
                      "worker.timeout_s", "worker.memory_limit_mb", "arch"):
             value = _field(self, path)
             if value is not None and value != _field(default, path):

@@ -31,6 +31,7 @@ from kerneljudge.problem import load_problem
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
 from kerneljudge.stages import check, measure, probe
+from kerneljudge.stages import memory as memory_stage
 from kerneljudge.stages.context import Judging, StageEnded
 
 
@@ -50,6 +51,7 @@ class Run:
     probe_info: dict[str, Any] = field(default_factory=dict)
     output_tail: str | None = None
     shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
+    memory: dict[str, Any] = field(default_factory=dict)  # stages/memory: peaks, footprint, device total
     on_progress: ProgressObserver = ignore
 
     @contextmanager
@@ -175,13 +177,14 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     referee = pool.take(options.worker, REFEREE) if pool is not None else WorkerProcess(options.worker, module=REFEREE)
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
     try:
-        with worker, referee:
+        with worker, referee, memory_stage.reported(judging, run.memory):
+            problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
                 hello = _ping(judging, worker)
                 _ping(judging, referee)
                 run.device, run.versions = hello["device"], hello["versions"]
+                memory_stage.precheck(judging, problem_data, seed, run.memory)
             with run.stage("build", "importing the problem and the candidate", worker, referee):
-                problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
                                                     "kinds": list(candidate.kinds)}, options.arch),
@@ -324,7 +327,7 @@ def _result(run: Run, problem: Problem | None, candidate: Candidate | None, devi
         problem=problem.to_json() if problem else {}, candidate=candidate.to_json() if candidate else {},
         device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
         build=run.build, timing=run.timing, stage_ms=run.stage_ms,
-        seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info,
+        seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info, memory=run.memory,
         reproduce=run.options.command_line(
             verb, problem.name.split("_")[0] if problem.builtin else str(problem.path), str(candidate.path),
             seed=seed, device=device, preset=problem.preset) if problem and candidate else None)

@@ -88,7 +88,25 @@ class ExportOutput(Request):
     index: int
 
 
+@request
+@dataclass(frozen=True)
+class MemoryReport(Request):
+    """This process's memory peaks (resident set, and the GPU allocator's), the device's total; the
+    referee adds the problem's footprint and how its float64 reference was computed."""
+    op: ClassVar[str] = "memory"
+
+
 # ---- the referee -------------------------------------------------------------------------------------
+
+@request
+@dataclass(frozen=True)
+class Estimate(Request):
+    """Import the problem and estimate its parameters, inputs and outputs in bytes on the meta device
+    (nothing allocated), with the device's total memory: whether it can fit at all, before any work."""
+    op: ClassVar[str] = "estimate"
+    problem: dict[str, Any]
+    init_inputs_seed: int
+
 
 @request
 @dataclass(frozen=True)
@@ -100,6 +118,8 @@ class Setup(Request):
     init_seed: int
     init_inputs_seed: int
     kernelbench: bool = False
+    call_seed: int | None = None  # the generators are seeded with it before every reference call (proc/rng)
+    float64_budget_mb: int | None = None  # None: a share of the free memory (referee/plan)
 
 
 @request
@@ -206,6 +226,7 @@ class Construct(Request):
     init_inputs_seed: int
     state: list[dict[str, Any]] | None
     names: list[str] | None = None
+    call_seed: int | None = None  # the generators are seeded with it before every candidate call (proc/rng)
 
 
 @request

@@ -131,12 +131,30 @@ def render(result: Result, console: Console) -> None:
     if result.worker_output_tail and result.verdict == "error":
         console.print("[dim]worker output (tail):[/dim]")
         console.print(Text(result.worker_output_tail[-1500:], style="dim"))
+    if memory_line(result.memory):
+        console.print(f"[dim]{memory_line(result.memory)}[/dim]")
     if result.stage_ms:
         console.print("[dim]stages: " + " · ".join(f"{k} {_ms(v)}" for k, v in result.stage_ms.items()) + "[/dim]")
     if result.reproduce and result.verdict != "pass":
         console.print(Text(f"reproduce: {result.reproduce}"))
     elif result.seed is not None:
         console.print(f"[dim]seed: {result.seed}[/dim]")
+
+
+def memory_line(memory: dict) -> str:
+    """'memory: judge peak 1.2 GB (3.1x the problem's 0.4 GB; cuda max_memory_allocated) of 143.8 GB;
+    float64 reference in 4 chunks' (empty without a peak)."""
+    if not memory.get("judge_peak_bytes"):
+        return ""
+    footprint = (memory.get("footprint") or {}).get("total_bytes")
+    ratio = memory.get("peak_over_footprint")
+    plan = memory.get("reference") or {}
+    how = {"full": "", "chunked": f"; float64 reference in {plan.get('chunks')} chunks",
+           "native": "; no float64 reference"}.get(plan.get("float64"), "")
+    return (f"memory: judge peak {memory['judge_peak_bytes'] / 1e9:.3g} GB"
+            + (f" ({ratio}x the problem's {footprint / 1e9:.3g} GB; {memory.get('judge_peak_measured')})"
+               if footprint and ratio is not None else "")
+            + (f" of {memory['device_total_bytes'] / 1e9:.1f} GB" if memory.get("device_total_bytes") else "") + how)
 
 
 def brief(result: Result, max_chars: int = 2000) -> str:

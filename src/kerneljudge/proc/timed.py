@@ -14,9 +14,11 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import timing
+from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import make_inputs, synchronize
 
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
+INPUT_SET_FREE_SHARE = 8  # nor beyond this fraction of the free memory (fewer sets when memory is tight)
 # A short spin queued on the device at the start of each batch (about 0.05 ms at 2 GHz): while it and the
 # first flush run, the host records the first start event and launches the first call, so a call's host
 # launch latency is not in its device time (the device would otherwise sit idle, waiting for the host, inside
@@ -32,7 +34,8 @@ class TimedModel:
         self.call, self.problem, self.device = call, problem, device
         first = make_inputs(problem, set_seeds[0], device)
         per_set = max(1, timing.tensor_bytes(first))
-        count = max(1, min(len(set_seeds), INPUT_SET_BUDGET_BYTES // per_set))
+        budget = min(INPUT_SET_BUDGET_BYTES, memory.device_free_bytes(device) // INPUT_SET_FREE_SHARE)
+        count = max(1, min(len(set_seeds), budget // per_set))
         self.sets = [first] + [make_inputs(problem, s, device) for s in set_seeds[1:count]]
         self.outputs: dict[int, Any] = {}
         if method == "cuda-graph":

@@ -15,9 +15,9 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import protocol, timing
-from kerneljudge.proc import machine, tensorwire
+from kerneljudge.proc import machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
-from kerneljudge.proc.inputs import same_bits
+from kerneljudge.proc.inputs import same_bits, seed_generators
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
@@ -53,7 +53,9 @@ class Referee:
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
+            protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
         }
+        self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
         try:
@@ -75,6 +77,7 @@ class Referee:
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
         from kerneljudge.worker.build import import_problem
 
+        self.baseline_rss_bytes = memory.rss_now_bytes()
         problem = request.problem
         try:
             module = import_problem(problem["path"], problem["source"], problem["constants"])
@@ -82,8 +85,9 @@ class Referee:
             return {"findings": [classify(exc, stage="build", code="problem-error", what="importing the problem")
                                  .finding.to_json()]}, []
         try:
+            budget = request.float64_budget_mb * 2**20 if request.float64_budget_mb is not None else None
             self.session = RefereeSession.build(module, self.device, request.init_seed, request.init_inputs_seed,
-                                                request.kernelbench)
+                                                request.kernelbench, request.call_seed, budget)
         except Exception as exc:  # noqa: BLE001
             return {"findings": [classify(exc, stage="check", code="problem-error",
                                           what="Model(*get_init_inputs())").finding.to_json()]}, []
@@ -103,10 +107,11 @@ class Referee:
         except Exception as exc:  # noqa: BLE001 - the problem's get_inputs or the reference's forward
             failure = classify(exc, stage="check", code="problem-error", what="the reference (inputs or forward)")
             return {"findings": [failure.finding.to_json()]}, []
+        reference = {"stochastic": self.session.seeding.stochastic, **self.session.plan.describe()}
         if not request.send:
-            return {}, []
+            return {"reference": reference}, []
         meta, input_blobs = tensorwire.pack_values(inputs)
-        return {"inputs": meta}, input_blobs
+        return {"inputs": meta, "reference": reference}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
         kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device)
@@ -121,6 +126,7 @@ class Referee:
             received = self._received(request.output, blobs)
             after = (tensorwire.unpack_values(request.inputs_after, blobs, self.device)
                      if request.inputs_after is not None else None)
+            blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []
@@ -169,7 +175,8 @@ class Referee:
                 model = torch.compile(session.reference)
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
-        self.timed = TimedModel(lambda args: model(*args), session.problem, self.device, request.set_seeds,
+        self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem,
+                                self.device, request.set_seeds,
                                 request.method, _clock_ns)
         try:
             return self.timed.describe(request.describe), []  # torch.compile compiles here, outside the timing
@@ -180,6 +187,27 @@ class Referee:
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
         return {"samples_ms": self.timed.batch(request.first, request.count, refills)}, []
+
+    def estimate(self, request: protocol.Estimate, blobs: list) -> Reply:
+        from kerneljudge.worker.build import import_problem
+
+        problem = request.problem
+        try:
+            module = import_problem(problem["path"], problem["source"], problem["constants"])
+            seed_generators(request.init_inputs_seed, torch.device("cpu"))
+            init_inputs = list(module.get_init_inputs())
+        except Exception as exc:  # noqa: BLE001 - Setup imports it again and reports the problem's error
+            return {"estimate": {"unknown": f"{type(exc).__name__}"}}, []
+        return {"estimate": memory.estimate_footprint(module, init_inputs, request.init_inputs_seed),
+                "device_total_bytes": memory.device_total_bytes(self.device)}, []
+
+    def memory_report(self, request: protocol.MemoryReport, blobs: list) -> Reply:
+        data = {**memory.peaks(self.device, self.baseline_rss_bytes),
+                "device_total_bytes": memory.device_total_bytes(self.device)}
+        if self.session is not None:
+            data["footprint"] = self.session.footprint
+            data["reference"] = self.session.plan.describe()
+        return data, []
 
     def copy_bandwidth(self, request: protocol.CopyBandwidth, blobs: list) -> Reply:
         if self.device.type == "cuda":

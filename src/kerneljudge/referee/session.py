@@ -13,14 +13,17 @@ from typing import Any
 
 import torch
 
-from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize, upcast
+from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize
+from kerneljudge.proc.rng import CallSeeding
+from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
 
 KERNELBENCH_SEED = 42
 
 
 @dataclass
 class Expectation:
-    """A trial's inputs (as drawn) and the reference's outputs for them, native and float64."""
+    """A trial's inputs (as drawn) and the reference's outputs for them, native and float64 (None where
+    the float64 reference is not used; see `Float64Plan`)."""
 
     inputs: list
     expected: Any
@@ -34,12 +37,17 @@ class RefereeSession:
     reference: torch.nn.Module
     reference64: torch.nn.Module | None
     kernelbench: bool
+    seeding: CallSeeding
+    plan: Float64Plan
     kept: dict[int, Expectation] = field(default_factory=dict)
+    footprint: dict[str, int] = field(default_factory=dict)  # measured on the first expectation
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
-              kernelbench: bool) -> "RefereeSession":
-        """The reference from `init_seed` (parameters created on the device), and its float64 copy."""
+              kernelbench: bool, call_seed: int | None = None,
+              float64_budget_bytes: int | None = None) -> "RefereeSession":
+        """The reference from `init_seed` (parameters created on the device), and its float64 copy.
+        `call_seed`: the generators are seeded with it before every reference call (see proc/rng)."""
         seed_generators(init_inputs_seed, device)
         init_inputs = list(problem.get_init_inputs())
         seed_generators(init_seed, device)
@@ -50,11 +58,13 @@ class RefereeSession:
                 reference = problem.Model(*copy.deepcopy(init_inputs))
             reference = reference.to(device)
         reference.eval()
+        plan = Float64Plan(device, float64_budget_bytes)
         try:
             reference64 = copy.deepcopy(reference).to(torch.float64)
-        except Exception:  # noqa: BLE001 - the reference may not support float64; the trials say so
+        except Exception as exc:  # noqa: BLE001 - the reference may not support float64; the trials say so
             reference64 = None
-        return cls(problem, device, reference, reference64, kernelbench)
+            plan.give_up(f"the float64 copy of the model failed: {type(exc).__name__}")
+        return cls(problem, device, reference, reference64, kernelbench, CallSeeding(call_seed, device), plan)
 
     def state(self, names: list[str] | None = None) -> tuple[list[str], list[torch.Tensor]]:
         """The reference's state-dict entries (all, or `names`), for the worker to load."""
@@ -64,7 +74,7 @@ class RefereeSession:
 
     def run(self, model: torch.nn.Module, args: list):
         with torch.inference_mode():
-            out = model(*args)
+            out = self.seeding.call(lambda: model(*args))
         synchronize(self.device)
         return out
 
@@ -86,15 +96,31 @@ class RefereeSession:
         return inputs
 
     def expect(self, inputs: list, float64: bool = True) -> Expectation:
-        expected = self.run(self.reference, clone_args(inputs))
-        expected64 = (self.run(self.reference64, upcast(clone_args(inputs)))
-                      if float64 and self.reference64 is not None else None)
+        """The reference's outputs for `inputs`: native, then float64 as the plan allows (whole, in chunks
+        along the batch dimension, or not at all: a stochastic reference's float64 draws differ from its
+        own, and a reference that builds tensors in the default dtype cannot run in float64)."""
+        first = not self.footprint
+        args = clone_args(inputs)  # the reference may change its inputs; the kept ones are the candidate's
+        if first:
+            start = measure_start(self.device)
+        expected = self.run(self.reference, args)
+        del args
+        if first:
+            self.footprint = footprint(self.device, start, self.reference, inputs, expected)
+            self.plan.size(self.footprint, self.device)
+        if self.seeding.stochastic:
+            self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
+        expected64 = None
+        if float64 and self.reference64 is not None and self.plan.usable:
+            expected64 = self.plan.run(lambda args: self.run(self.reference64, args),
+                                       lambda args: self.run(self.reference, args), inputs, expected)
+            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES:
+                torch.cuda.empty_cache()  # the float64 run's freed blocks go back to the device, for the worker
         return Expectation(inputs, expected, expected64)
 
     def refresh64(self) -> None:
         if self.reference64 is not None:
             self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
-
 
 
 def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, replace: bool,

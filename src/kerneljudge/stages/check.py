@@ -27,17 +27,31 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
     Returns the referee's setup reply (trial seeds under KernelBench's protocol), None if a finding ended it."""
     init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")
     init_inputs_seed = derive_seed(seed, "init-inputs")
+    call_seed = None if kernelbench else derive_seed(seed, "call")  # KernelBench's trials reseed themselves
     try:
-        ready = j.take(j.referee.call(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench)), STAGE)
+        ready = j.take(j.referee.call(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,
+                                                     j.options.check.float64_budget_mb)), STAGE)
         state = None if kernelbench else ready["state"]
-        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"]),
+        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"], call_seed),
                              ready["_blobs"]), STAGE)
     except StageEnded:
         return None
-    if not ready.get("float64") and not kernelbench:
-        j.findings.append(Finding.of("no-float64-reference", "the reference cannot run in float64; errors are "
-                                     "measured against it at its own precision", stage=STAGE))
     return ready
+
+
+def note_reference(j: Judging, drawn: dict[str, Any]) -> None:
+    """What the referee learnt running the reference, said once per evaluation: it draws random numbers
+    (both models' calls were seeded alike), or its float64 copy is not used (and why)."""
+    reference = drawn.get("reference") or {}
+    seen = {f.code for f in j.findings}
+    if reference.get("stochastic") and "stochastic-reference" not in seen:
+        j.findings.append(Finding.of("stochastic-reference", "the reference draws random numbers in forward: the "
+                                     "random-number generators were seeded alike before the reference's and the "
+                                     "candidate's calls", stage=STAGE))
+    if reference.get("float64") == "native" and "no-float64-reference" not in seen:
+        j.findings.append(Finding.of("no-float64-reference", f"{reference.get('why')}; errors are measured against "
+                                     "the reference at its own precision, with the tolerance of its dtype",
+                                     stage=STAGE, why=reference.get("why")))
 
 
 def run_check(j: Judging, seed: int, trials: int, *, label: str = "trial",
@@ -56,6 +70,7 @@ def run_check(j: Judging, seed: int, trials: int, *, label: str = "trial",
             else:
                 trial_seed = derive_seed(seed, label, index)
                 drawn = j.draw(trial_seed, STAGE)
+                note_reference(j, drawn)
                 reply = _forward(j, drawn, index, results, poison=True, return_inputs=True)
                 trial, findings, _ = j.compare(trial_seed, index, reply, STAGE, inputs=True)
             results.append(trial)

@@ -19,9 +19,10 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import protocol
-from kerneljudge.proc import machine, tensorwire
+from kerneljudge.proc import machine, memory, tensorwire
 from kerneljudge.proc.inputs import clone_args, seed_generators
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
+from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
 from kerneljudge.worker import build, optrace
@@ -30,6 +31,7 @@ from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
 
 POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
+POISON_EXTRA_BYTES = 1 << 30  # the large poisoned block on a GPU, beyond one per output size
 Reply = tuple[dict[str, Any], list]
 
 
@@ -52,8 +54,9 @@ class Worker:
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
             protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.SetState: self.set_state,
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
-            protocol.ExportOutput: self.export_output,
+            protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
         }
+        self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
@@ -133,6 +136,7 @@ class Worker:
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
         """ModelNew from the same seed as the reference, then the reference's state loaded into it."""
+        self.baseline_rss_bytes = memory.rss_now_bytes()
         session = self.session
         seed_generators(request.init_inputs_seed, self.device)
         init_inputs = list(session.loaded.problem.get_init_inputs())
@@ -159,11 +163,13 @@ class Worker:
         if moved.failure:
             return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
         session.candidate = moved.value
+        session.seeding = CallSeeding(request.call_seed, self.device)
         return _reply([])
 
     def forward(self, request: protocol.Forward, blobs: list) -> Reply:
         session = self.session
         args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        blobs.clear()  # the inputs' bytes are not held beside the inputs during the call
         if request.reuse is not None:  # the same buffers, new values
             kept = session.kept[request.reuse]
             for buffer, fresh in zip(kept, args):
@@ -284,7 +290,10 @@ class Worker:
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
-        made = guarded(lambda: TimedModel(lambda args: session.candidate(*args), session.loaded.problem,
+        call = lambda args: session.candidate(*args)  # noqa: E731
+        if session.seeding is not None:
+            call = session.seeding.timed(call)
+        made = guarded(lambda: TimedModel(call, session.loaded.problem,
                                           self.device, request.set_seeds, request.method, self.guard.clock_ns),
                        stage="timing", code="forward-error", what="preparing the timed calls",
                        source_file=self._source())
@@ -300,6 +309,9 @@ class Worker:
         if timed.failure:
             return _reply([timed.failure.finding], poisoned=timed.failure.poisoned)
         return _reply([], samples_ms=timed.value)
+
+    def memory_report(self, request: protocol.MemoryReport, blobs: list) -> Reply:
+        return _reply([], **memory.peaks(self.device, self.baseline_rss_bytes))
 
     def export_output(self, request: protocol.ExportOutput, blobs: list) -> Reply:
         out = self.timed.outputs.get(request.index)
@@ -318,10 +330,19 @@ def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
     """Fill blocks of the allocator with NaN bytes and free them, so an output the candidate allocates but
     never writes reads NaN (not zeros, and never an earlier result). One block per expected output size
     (the caching allocator hands a freed block of that size to the next request of that size), plus a
-    large one. On the CPU freed chunks are reused by malloc only sometimes: there it is best effort."""
-    blocks = [torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE) for n in sizes if n > 0]
+    large one. On the CPU freed chunks are reused by malloc only sometimes: there it is best effort.
+    Bounded: the large block is at most POISON_EXTRA_BYTES, and no block is taken that would leave less
+    free memory than the blocks themselves (a 6 GB output is poisoned with one 6 GB block, not 30 GB)."""
+    free = memory.device_free_bytes(device)
+    blocks = []
+    wanted = [n for n in sizes if n > 0]
     if device.type == "cuda":
-        blocks.append(torch.empty(max(sizes + [0]) * 4 + (1 << 20), dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        wanted.append(min(max(sizes + [0]) * 4, POISON_EXTRA_BYTES) + (1 << 20))
+    for n in wanted:
+        if 2 * n > free:
+            continue
+        blocks.append(torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        free -= n
     del blocks
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from kerneljudge.proc.inputs import synchronize
+from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.worker.build import Loaded
 from kerneljudge.worker.guard import Guard
 
@@ -26,10 +27,12 @@ class Session:
     candidate: Any = None  # the ModelNew instance once constructed
     kept: dict[str, list] = field(default_factory=dict)  # argument buffers kept for a later call (probes)
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
+    seeding: CallSeeding | None = None  # set at construction: the generators' seed before each call
 
     def call(self, args: list):
-        """One candidate call in inference mode, the device synchronised before returning."""
+        """One candidate call in inference mode (the generators seeded as the referee seeds them before
+        the reference's), the device synchronised before returning."""
         with torch.inference_mode():
-            out = self.candidate(*args)
+            out = self.seeding.call(lambda: self.candidate(*args)) if self.seeding else self.candidate(*args)
         synchronize(self.device)
         return out

@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""Judge every KernelBench problem of levels 1-3 with the honest candidate (the reference with `Model`
+renamed `ModelNew`) and tabulate the verdict, the judge's peak memory over the problem's footprint, and
+the wall time (issue 16).
+
+Quick mode: correctness and probes, no timing. Evaluations run one after another on pre-started
+processes (a pool of two spares: the next evaluation's processes import torch while this one runs;
+nothing is timed, so nothing is disturbed). Each result is appended to a JSON-lines state file as soon
+as it is known, and a problem is marked as started before it runs, so the sweep can be stopped at any
+point and resumed by running the same command again: finished problems are skipped, and one that was
+started but never finished (the process was killed) is recorded as `killed` instead of being retried.
+
+GPU, full sizes, one H200, in 10-minute device calls (repeat until it prints `all done`; copy the state
+file back between calls when the machine is fresh):
+    python benchmarks/memory_sweep.py --device cuda
+CPU, small sizes, a sample of each level:
+    python benchmarks/memory_sweep.py --device cpu --small --sample 10 --budget-s 3000
+Both write docs/memory-sweep.md (one table per mode) from the state files in benchmarks/results/; with
+$OUT set (a device call) the state file and the table are copied there too; `--table-only` rewrites the
+table from the state files alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from kerneljudge import api  # noqa: E402
+from kerneljudge.errors import KernelJudgeError  # noqa: E402
+from kerneljudge.isolation import WorkerPool  # noqa: E402
+from kerneljudge.problem import load_problem  # noqa: E402
+
+KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "memory-sweep.md"
+SMALL_BATCH = 2
+SMALL_LIMIT = 64  # --small: int constants above this are divided down to it or a little above
+SMALL_SPATIAL = 32  # --small: spatial sizes (height, width, depth, length) above this, where the problem allows
+KEEP_NAMES = re.compile(r"height|width|image|img|size_h|size_w|^h$|^w$|depth|length|^d$|^l$", re.I)
+
+
+def honest_candidate(problem: Path, folder: Path) -> Path:
+    """The reference itself with Model renamed ModelNew: it must pass."""
+    path = folder / problem.name
+    path.write_text(re.sub(r"\bModel\b", "ModelNew", problem.read_text()))
+    return path
+
+
+def small_sizes(problem: Path, spatial: bool) -> tuple[tuple[str, str], ...]:
+    """--set overrides for a CPU run: batch sizes to 2, other large int sizes divided by a power of two
+    down to about SMALL_LIMIT, and with `spatial` spatial sizes to SMALL_SPATIAL (a network whose layers
+    need its own image size rejects that: it is then run with them kept)."""
+    overrides = []
+    for name, value in load_problem(problem).constants.items():
+        if isinstance(value, list) and value and all(type(v) is int for v in value) and not KEEP_NAMES.search(name):
+            overrides.append((name, "[" + ",".join(str(_shrunk(v)) for v in value) + "]"))  # layer sizes
+            continue
+        if type(value) is not int:
+            continue
+        if "batch" in name.lower():
+            if value > SMALL_BATCH:
+                overrides.append((name, str(SMALL_BATCH)))
+        elif KEEP_NAMES.search(name):
+            if spatial and value > SMALL_SPATIAL:
+                overrides.append((name, str(SMALL_SPATIAL)))
+        elif value > SMALL_LIMIT:
+            overrides.append((name, str(_shrunk(value))))
+    return tuple(overrides)
+
+
+def _shrunk(value: int) -> int:
+    """Halved while above SMALL_LIMIT and even (ratios between sizes kept), SMALL_LIMIT if still large."""
+    shrunk = value
+    while shrunk > SMALL_LIMIT and shrunk % 2 == 0:
+        shrunk //= 2
+    return shrunk if shrunk <= 4 * SMALL_LIMIT else SMALL_LIMIT
+
+
+def problems(levels: list[int], sample: int | None, only: str | None) -> list[Path]:
+    chosen = []
+    for level in levels:
+        files = sorted((KERNELBENCH / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        if sample:
+            step = max(1, len(files) // sample)
+            files = files[::step][:sample]  # spread over the level, the same sample every time
+        chosen += [p for p in files if not only or only in str(p)]
+    return chosen
+
+
+def row(problem: Path, result, wall_s: float, overrides) -> dict:
+    memory = result.memory or {}
+    footprint = (memory.get("footprint") or {}).get("total_bytes")
+    errors = [f.code for f in result.findings if f.severity in ("error", "fail")]
+    message = next((f.message for f in result.findings if f.severity in ("error", "fail")), "")
+    return {"problem": f"{problem.parent.name}/{problem.stem}", "verdict": result.verdict, "codes": errors,
+            "message": message[:200], "judge_peak_bytes": memory.get("judge_peak_bytes"),
+            "footprint_bytes": footprint, "ratio": memory.get("peak_over_footprint"),
+            "float64": (memory.get("reference") or {}).get("float64"), "wall_s": round(wall_s, 1),
+            "sizes": " ".join(f"{k}={v}" for k, v in overrides)}
+
+
+def load_state(path: Path) -> tuple[dict[str, dict], set[str]]:
+    done, started = {}, set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("started"):
+                started.add(entry["problem"])
+            else:
+                done[entry["problem"]] = entry
+    return done, started - set(done)
+
+
+def append(path: Path, entry: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    if os.environ.get("OUT"):
+        shutil.copy(path, Path(os.environ["OUT"]) / path.name)
+
+
+def gb(value) -> str:
+    return f"{value / 1e9:.3g}" if isinstance(value, (int, float)) else "-"
+
+
+def _order(entry: dict) -> tuple[str, int]:
+    level, name = entry["problem"].split("/")
+    return level, int(name.split("_")[0])
+
+
+def write_doc() -> None:
+    """docs/memory-sweep.md from every state file present."""
+    lines = ["# Memory sweep: every KernelBench problem judged with the honest candidate", "",
+             "Written by `benchmarks/memory_sweep.py` (issue 16). The candidate is the reference with `Model` "
+             "renamed `ModelNew`; quick mode (correctness and probes, no timing). *Judge peak* is the sum over "
+             "the referee and the worker (GPU: the allocator's `max_memory_allocated`; CPU: each process's "
+             "resident-set peak above its resident set when the problem's work began); *footprint* is the problem's "
+             "parameters, inputs, outputs and (GPU) the reference's activations.", ""]
+    if not (RESULTS / "memory_sweep_cuda.jsonl").exists():
+        lines += ["## GPU (H200), full sizes", "", "Not run yet: `python benchmarks/memory_sweep.py --device cuda` "
+                  "(resumable; see the script's docstring).", ""]
+    for state in sorted(RESULTS.glob("memory_sweep_*.jsonl")):
+        mode = state.stem.removeprefix("memory_sweep_")
+        done, killed = load_state(state)
+        rows = list(done.values())
+        passed = sum(r["verdict"] == "pass" for r in rows)
+        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float))]
+        label = {"cuda": "GPU (H200), full sizes", "cpu-small": "CPU, small sizes (a sample per level)"}.get(mode, mode)
+        note = {"cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
+                              "process), not the problem's, so the ratio says nothing about large problems: "
+                              "`tests/test_memory.py` measures how the peak grows with the footprint instead. "
+                              "Wall times are on 2 cores shared with other jobs (load about 10).", ""]}.get(mode, [])
+        lines += [f"## {label}", ""] + note + [ f"{passed} of {len(rows)} pass" + (f"; {len(killed)} killed (did not finish "
+                  "within a device call): " + ", ".join(sorted(killed)) if killed else "")
+                  + (f"; peak / footprint: median {sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}"
+                     if ratios else "") + ".", "",
+                  "| problem | verdict | judge peak GB | footprint GB | peak / footprint | float64 | wall s | "
+                  "sizes | why not pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in sorted(rows, key=_order):
+            why = "" if r["verdict"] == "pass" else f"{', '.join(r['codes'])}: {r['message']}".replace("|", "/")
+            lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes'])} "
+                         f"| {gb(r['footprint_bytes'])} "
+                         f"| {r['ratio'] if r['ratio'] is not None else '-'} | {r['float64'] or '-'} | {r['wall_s']} | "
+                         f"{r['sizes'] or 'full'} | {why[:160]} |")
+        lines.append("")
+    DOC.write_text("\n".join(lines))
+    if os.environ.get("OUT"):
+        shutil.copy(DOC, Path(os.environ["OUT"]) / DOC.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--levels", default="1,2,3")
+    parser.add_argument("--small", action="store_true", help="small sizes (CPU): batch 2, large sizes divided down")
+    parser.add_argument("--sample", type=int, default=None, help="this many problems per level, spread evenly")
+    parser.add_argument("--only", default=None, help="problems whose path contains this")
+    parser.add_argument("--budget-s", type=float, default=400.0, help="start no problem after this many seconds")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")
+    parser.add_argument("--table-only", action="store_true", help="only write docs/memory-sweep.md from the state")
+    args = parser.parse_args()
+    if args.table_only:
+        return write_doc()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    state = RESULTS / f"memory_sweep_{args.device}{'-small' if args.small else ''}.jsonl"
+    done, killed = load_state(state)
+    for name in killed:
+        append(state, {"problem": name, "verdict": "killed", "codes": ["killed"], "wall_s": None,
+                       "message": "the sweep's process was killed while judging it", "judge_peak_bytes": None,
+                       "footprint_bytes": None, "ratio": None, "float64": None, "sizes": ""})
+        done[name] = {}
+    todo = [p for p in problems([int(x) for x in args.levels.split(",")], args.sample, args.only)
+            if f"{p.parent.name}/{p.stem}" not in done]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as folder, WorkerPool(spares=2) as pool:
+        pool.fill()
+        for index, problem in enumerate(todo):
+            if time.monotonic() - started > args.budget_s:
+                print(f"budget spent: {len(todo) - index} problems left; run the same command again to resume")
+                break
+            name = f"{problem.parent.name}/{problem.stem}"
+            append(state, {"problem": name, "started": True})
+            candidate = honest_candidate(problem, Path(folder))
+            tiers = [small_sizes(problem, True), small_sizes(problem, False)] if args.small else [()]
+            for overrides in tiers:
+                t0 = time.monotonic()
+                try:
+                    result = api.check(problem, candidate, pool=pool, device=args.device, overrides=overrides,
+                                       store_path=None, check={"trials": args.trials},
+                                       worker={"timeout_s": args.timeout_s})
+                except KernelJudgeError as exc:  # a usage error (a size the problem refuses): said, not fatal
+                    entry = {"problem": name, "verdict": "usage-error", "codes": ["usage-error"],
+                             "message": str(exc)[:200], "judge_peak_bytes": None, "footprint_bytes": None,
+                             "ratio": None, "float64": None, "wall_s": round(time.monotonic() - t0, 1),
+                             "sizes": " ".join(f"{k}={v}" for k, v in overrides)}
+                    continue
+                entry = row(problem, result, time.monotonic() - t0, overrides)
+                if not (args.small and entry["verdict"] == "error" and "problem-error" in entry["codes"]):
+                    break  # sizes that the problem's own code accepts
+            append(state, entry)
+            print(f"{name:60} {entry['verdict']:5} peak/footprint={entry['ratio']} wall={entry['wall_s']} s "
+                  f"{','.join(entry['codes'])} {entry['message'][:100]}", flush=True)
+        else:
+            print("all done")
+    write_doc()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The referee's memory plan for the float64 reference: whole, in chunks along the batch dimension, or
+not at all (the reference at its own precision is the truth then, and the report says why).
+
+The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
+in float64). Where that exceeds the budget (`--float64-budget-mb`; by default the native run's own memory,
+so checking in float64 does not double the judge's peak, within a quarter of the free memory and never
+under 256 MB), the inputs are split along dimension 0 and the float64 reference runs chunk by chunk. That is only right
+for a batch-separable model (row i of the output depends on row i of the inputs alone), which is
+verified first on a secret sample of rows: the native reference on those rows alone must give the rows
+of its full output. The truth is kept in float32 where the output is not float64 (its rounding, 6e-8
+relative, is under a thousandth of the float32 tolerance), so it is no larger than the output.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any, Callable
+
+import torch
+
+from kerneljudge.proc import memory
+from kerneljudge.proc.inputs import clone_args, upcast
+
+BUDGET_SHARE = 0.25  # of the memory free after the native reference ran: the rest is the worker's and the comparison's
+SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
+MAX_CHUNKS = 1 << 12
+CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked
+
+
+def measure_start(device: torch.device) -> int:
+    """Bytes allocated before the first reference call (GPU), whose peak then gives the activations."""
+    return memory.cuda_call_start(device) if device.type == "cuda" else 0
+
+
+def footprint(device: torch.device, start: int, model, inputs: list, outputs) -> dict[str, int]:
+    """The problem's own memory: parameters, inputs, outputs and (GPU) the reference call's activations
+    (its peak beyond what it started with and what it returned; not measured on the CPU)."""
+    data = {"parameters_bytes": memory.model_bytes(model), "inputs_bytes": memory.tensor_bytes(inputs),
+            "outputs_bytes": memory.tensor_bytes(outputs)}
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+        data["activations_bytes"] = max(0, peak - start - data["outputs_bytes"])
+    data["total_bytes"] = sum(data.values())
+    return data
+
+
+class Float64Plan:
+    """How the float64 reference is computed; `describe()` says which way, for the result's memory block."""
+
+    def __init__(self, device: torch.device, budget_bytes: int | None):
+        self.device, self.budget_bytes = device, budget_bytes
+        self.chunks = 1
+        self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
+        self.reason: str | None = None  # why the float64 reference is not used
+        self.separable: bool | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.reason is None
+
+    def give_up(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def describe(self) -> dict[str, Any]:
+        if self.reason is not None:
+            return {"float64": "native", "why": self.reason}
+        if self.chunks > 1:
+            return {"float64": "chunked", "chunks": self.chunks, "along": "dim 0 (verified on a secret sample of rows)"}
+        return {"float64": "full"}
+
+    def size(self, footprint: dict[str, int], device: torch.device) -> None:
+        """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
+        one, else no more than the native run's own memory (so checking in float64 does not double the
+        judge's peak) but at least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits
+        a quarter of the free memory."""
+        native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
+        need = 2 * native
+        free_share = int(memory.device_free_bytes(device) * BUDGET_SHARE)
+        if self.budget_bytes is not None:
+            budget = self.whole_limit = self.budget_bytes
+        else:
+            budget, self.whole_limit = max(min(free_share, native), CHUNK_FLOOR_BYTES), free_share
+        self.need = need
+        self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
+
+    def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected) -> Any:
+        """The float64 truth for `inputs` (None when the plan gives up on it: the reason is kept)."""
+        if self.chunks == 1:
+            try:
+                return _kept(run64(_upcast_copy(inputs)), expected)
+            except torch.OutOfMemoryError:
+                self.chunks = 2
+            except Exception as exc:  # noqa: BLE001 - a reference that builds float32 tensors in forward
+                self.give_up(f"the reference fails in float64 ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+                return None
+        if self.separable is None:
+            self.separable = _rows_separable(native, inputs, expected, self.chunks)
+            if not self.separable and self.need <= self.whole_limit:
+                self.chunks = 1  # rows depend on each other, but the whole run fits (else it gives up below)
+                return self.run(run64, native, inputs, expected)
+        if not self.separable:
+            self.give_up("the float64 reference does not fit in memory and the model is not separable "
+                         "along dimension 0")
+            return None
+        try:
+            return _chunked(run64, inputs, expected, self.chunks)
+        except Exception as exc:  # noqa: BLE001
+            self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
+            return None
+
+
+def _upcast_copy(inputs: list) -> list:
+    """Float64 copies of the inputs, made in one step (not a copy then an upcast: a third of the memory)."""
+    return [a.to(torch.float64, copy=True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+            else clone_args([a])[0] for a in inputs]
+
+
+def _kept(out64, expected):
+    """The float64 truth as kept: in float32 where the native output is not float64 (rounding of 6e-8
+    relative, under a thousandth of the float32 tolerance), so it takes no more memory than the output."""
+    if isinstance(out64, torch.Tensor) and isinstance(expected, torch.Tensor):
+        return out64 if expected.dtype == torch.float64 else out64.to(torch.float32)
+    if isinstance(out64, (tuple, list)) and isinstance(expected, (tuple, list)) and len(out64) == len(expected):
+        return type(out64)(_kept(o, e) for o, e in zip(out64, expected))
+    return out64
+
+
+def _batch(inputs: list) -> int | None:
+    """The batch size: dimension 0 of the first tensor input (None without one)."""
+    first = next((a for a in inputs if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+    return None if first is None else first.shape[0]
+
+
+def _rows(inputs: list, batch: int, index: torch.Tensor) -> list:
+    """The inputs restricted to the rows `index` (tensors whose dimension 0 is the batch; others whole)."""
+    return [a.index_select(0, index.to(a.device)) if isinstance(a, torch.Tensor) and a.dim() > 0
+            and a.shape[0] == batch else a for a in inputs]
+
+
+def _out_rows(out, index: torch.Tensor) -> list | None:
+    tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if tensors is None or not all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
+        return None
+    return [t.index_select(0, index.to(t.device)) for t in tensors]
+
+
+def _rows_separable(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> bool:
+    """Row-wise check on a secret sample of rows (a chunk's worth): the native reference run on them
+    alone gives the same rows as the full run."""
+    batch = _batch(inputs)
+    if batch is None or batch < 2:
+        return False
+    count = max(1, min(batch - 1, math.ceil(batch / chunks)))
+    generator = torch.Generator().manual_seed(secrets.randbits(63))
+    index = torch.randperm(batch, generator=generator)[:count].sort().values
+    want = _out_rows(expected, index)
+    if want is None or any(t.shape[0] != batch for t in ([expected] if isinstance(expected, torch.Tensor)
+                                                         else expected)):
+        return False
+    got = _out_rows(native(_rows(clone_args(inputs), batch, index)), torch.arange(count))
+    return got is not None and len(got) == len(want) and all(
+        g.shape == w.shape and torch.allclose(g.double(), w.double(), rtol=SEPARABLE_TOLERANCE,
+                                              atol=SEPARABLE_TOLERANCE, equal_nan=True) for g, w in zip(got, want))
+
+
+def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int):
+    """The float64 reference chunk by chunk along dimension 0, written into tensors shaped like the native
+    outputs, in float32 (float64 where the native output is float64)."""
+    batch = _batch(inputs)
+    natives = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
+                         device=t.device) for t in natives]
+    step = math.ceil(batch / chunks)
+    for begin in range(0, batch, step):
+        index = torch.arange(begin, min(batch, begin + step))
+        out = run64(upcast(_rows(inputs, batch, index)))
+        for whole, part in zip(truth, [out] if isinstance(out, torch.Tensor) else list(out)):
+            whole[begin:begin + len(index)].copy_(part)
+        del out
+    return truth[0] if isinstance(expected, torch.Tensor) else tuple(truth)

@@ -1,0 +1,90 @@
+"""Memory, as the judge sees it: whether the problem can fit at all (before any work), and the result's
+`memory` block (the judge's peak against the problem's footprint and the device's total).
+
+The judge's memory is what its two torch processes hold: each keeps the parameters, the inputs and the
+outputs, and the referee also the candidate's output it compares. So the least a judgement needs is
+twice the parameters and the inputs and three times the outputs; a problem whose least need exceeds
+the device is `problem-too-large`. The peak is reported per process and per device (the resident set,
+and the GPU allocator's high-water mark on a GPU) and as a multiple of the problem's footprint
+(parameters, inputs, outputs and, measured on a GPU, the reference's activations).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+from kerneljudge import protocol
+from kerneljudge.isolation import WorkerFailure
+from kerneljudge.records import Finding
+from kerneljudge.seeds import derive_seed
+from kerneljudge.stages.context import Judging, StageEnded
+
+STAGE = "worker"
+GB = 1e9
+
+
+def least_need_bytes(estimate: dict[str, int]) -> int:
+    """What the two processes must hold at once, at the least (see the module's docstring)."""
+    return 2 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
+
+
+def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, Any]) -> None:
+    """The referee's estimate of the problem's size (on the meta device), kept in the memory `block`; a
+    `problem-too-large` finding ends the run when the least the judgement needs exceeds the device's memory."""
+    reply = j.take(j.referee.call(protocol.Estimate(problem, derive_seed(seed, "init-inputs"))), STAGE)
+    estimate, total = reply.get("estimate") or {}, reply.get("device_total_bytes")
+    block["estimate"] = estimate
+    if "unknown" in estimate or not total:
+        return
+    need = least_need_bytes(estimate)
+    if need > total:
+        j.findings.append(Finding.of(
+            "problem-too-large", f"the problem needs {need / GB:.1f} GB at the least (parameters "
+            f"{estimate['parameters_bytes'] / GB:.2f} GB and inputs {estimate['inputs_bytes'] / GB:.2f} GB in each of "
+            f"the two processes, outputs {estimate['outputs_bytes'] / GB:.2f} GB three times), more than the "
+            f"device's {total / GB:.1f} GB", stage=STAGE, need_bytes=need, device_total_bytes=total, **estimate))
+        raise StageEnded()
+
+
+def report(j: Judging, block: dict[str, Any]) -> None:
+    """Into the memory `block`: each process's peaks, the problem's footprint, the device's total, the ratio."""
+    for name, process in (("referee", j.referee), ("worker", j.worker)):
+        try:
+            reply = process.call(protocol.MemoryReport())
+        except WorkerFailure:
+            continue  # a process that died has no peaks to tell; its failure is already a finding
+        if reply.get("error"):
+            continue
+        block["device_total_bytes"] = reply.pop("device_total_bytes", block.get("device_total_bytes"))
+        for key in ("footprint", "reference"):
+            if key in reply:
+                block[key] = reply.pop(key)
+        reply.pop("findings", None), reply.pop("poisoned", None)
+        block[name] = {k: v for k, v in reply.items() if type(v) is int}  # the worker's are claims: numbers only
+    block.update(_ratios(block))
+
+
+def _ratios(block: dict[str, Any]) -> dict[str, Any]:
+    """The judge's peak (both processes; on a GPU the allocator's peaks, on a CPU the resident sets above
+    their baselines) and its multiple of the footprint."""
+    footprint = (block.get("footprint") or {}).get("total_bytes")
+    processes = [block[p] for p in ("referee", "worker") if p in block]
+    if not processes:
+        return {}
+    if all("cuda_peak_bytes" in p for p in processes):
+        peak, measured = sum(p["cuda_peak_bytes"] for p in processes), "cuda max_memory_allocated"
+    else:
+        peak = sum(max(0, p["rss_peak_bytes"] - p["rss_baseline_bytes"]) for p in processes)
+        measured = "resident-set peaks above each process's resident set when the problem's work began"
+    return {"judge_peak_bytes": peak, "judge_peak_measured": measured,
+            "peak_over_footprint": round(peak / footprint, 2) if footprint else None}
+
+
+@contextmanager
+def reported(j: Judging, block: dict[str, Any]):
+    """Around the stages, inside the processes' lifetime: on the way out, the peaks into `block`."""
+    try:
+        yield
+    finally:
+        report(j, block)
