@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable
 
 from kerneljudge import suite
 from kerneljudge.batch.backend import Job
@@ -97,31 +98,40 @@ def _run_folder(files: list[Path], setting: Setting) -> list[Job]:
 
 
 def _manifest(path: Path, setting: Setting) -> list[Job]:
+    entries = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                entries.append((f"{path.name} line {number}", f"line{number}", json.loads(line)))
+            except ValueError as exc:
+                raise UsageError(f"{path.name} line {number} is not JSON: {exc}") from exc
+    return _entries(entries, path.parent, setting)
+
+
+def entries_to_jobs(entries: Iterable[dict], setting: Setting, base: Path = Path(".")) -> list[Job]:
+    """Jobs from manifest entries given as dicts ({problem, solution, id, options}; the API's batches)."""
+    return _unique(_entries([(f"entry {i}", str(i), entry) for i, entry in enumerate(entries)], base, setting))
+
+
+def _entries(entries: list[tuple[str, str, Any]], base: Path, setting: Setting) -> list[Job]:
+    """(where, default id, entry) -> Jobs; paths relative to `base`."""
     loaded = _Problems(setting)
     jobs = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path.name} line {number}"
-        try:
-            entry = json.loads(line)
-        except ValueError as exc:
-            raise UsageError(f"{where} is not JSON: {exc}") from exc
-        if not isinstance(entry, dict) or not isinstance(entry.get("problem"), str) or \
-                not isinstance(entry.get("solution"), str):
-            raise UsageError(f"{where}: a manifest line is an object with \"problem\" and \"solution\" strings")
+    for where, default_id, entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("problem"), (str, Path)) or \
+                not isinstance(entry.get("solution"), (str, Path)):
+            raise UsageError(f"{where}: a manifest entry is an object with \"problem\" and \"solution\" strings")
         options = setting.options
         if entry.get("options"):
             if not isinstance(entry["options"], dict):
                 raise UsageError(f"{where}: \"options\" is an object of option changes")
             options = options.replace(**entry["options"]).validate()
-        ref = entry["problem"]
-        local = path.parent / ref
-        name_match = suite.is_short_name(ref)
+        ref = str(entry["problem"])
+        local = base / ref
         problem = loaded.get(str(local) if local.is_file() else ref, options)
-        level, number_id = _numbers(ref) if name_match else (None, None)
-        jobs.append(_job(str(entry.get("id") or f"line{number}"), problem, path.parent / entry["solution"],
-                         options, setting, level=level, problem_id=number_id,
+        level, number_id = _numbers(ref) if suite.is_short_name(ref) else (None, None)
+        jobs.append(_job(str(entry.get("id") or default_id), problem, base / entry["solution"], options, setting,
+                         level=level, problem_id=number_id,
                          labels={k: v for k, v in entry.items() if k not in MANIFEST_FIELDS}))
     return jobs
 

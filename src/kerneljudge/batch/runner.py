@@ -3,16 +3,19 @@ result as it ends (CLI `kerneljudge run`, `api.evaluate_many`, `KernelEnv.step_m
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from kerneljudge.batch import export
 from kerneljudge.batch.backend import Backend, Finished, Job
 from kerneljudge.batch.journal import Journal
 from kerneljudge.batch.scheduler import Scheduler, Status
 from kerneljudge.errors import StoreError
+from kerneljudge.options import Options, Verb
 
 
 class BatchRun:
@@ -72,3 +75,28 @@ class BatchRun:
         return export.summary(self.lines(), self.fresh, total=len(self.jobs), skipped=len(self.skipped),
                               wall_s=self.clock() - self.started_s, lanes=len(self.scheduler.backend.lanes()),
                               interrupted=interrupted)
+
+
+@contextmanager
+def local_batch(entries: Iterable[dict], options: Options, *, verb: Verb = "evaluate", lanes: int | None = None,
+                build_jobs: int | None = None, journal_dir: Path | None = None, force: bool = False,
+                on_change: Callable[[Status], None] = lambda status: None) -> Iterator[BatchRun]:
+    """A BatchRun of manifest entries on this machine's devices (the Python API's batches); with a
+    `journal_dir`, resumable like `kerneljudge run`."""
+    from kerneljudge.batch.discover import Setting, entries_to_jobs
+    from kerneljudge.batch.keys import hardware
+    from kerneljudge.batch.local import LocalBackend, local_devices
+    from kerneljudge.pipeline import resolve_device
+
+    options = options.validate()
+    device = resolve_device(options.device)
+    device_type = device.split(":")[0]
+    jobs = entries_to_jobs(entries, Setting(options, device_type, hardware(device_type), verb=verb,
+                                            kernelbench=options.problems_root))
+    backend = LocalBackend(local_devices(device, lanes), options, build_slots=build_jobs or os.cpu_count() or 1)
+    journal = Journal(journal_dir, force=force) if journal_dir is not None else None
+    try:
+        yield BatchRun(jobs, backend, journal=journal, store_path=options.store_path, on_change=on_change)
+    finally:
+        backend.stop()
+        backend.close()

@@ -137,7 +137,7 @@ class Scheduler:
         self._changed()
         remaining = len(jobs)
         try:
-            while remaining:
+            while remaining and not self._stopping.is_set():
                 try:
                     item = out.get(timeout=POLL_S)
                 except queue.Empty:
