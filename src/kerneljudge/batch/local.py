@@ -70,6 +70,14 @@ class _LanePool(WorkerPool):
         if not self.tracked.stopped:
             super().fill()
 
+    def close(self) -> None:
+        """Spares never ran candidate code: killed, not waited for (one still importing torch would not
+        see its channel close for seconds)."""
+        with self._lock:
+            for spare in [p for ready in self.ready.values() for p in ready]:
+                spare.kill()
+        super().close()
+
 
 class LocalLane:
     """Judges on one local device ("cuda:1", or "cpu")."""
