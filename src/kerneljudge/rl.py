@@ -3,6 +3,7 @@
     env = KernelEnv("l2/51", options=Options(device="cuda"))
     task = env.reset()                      # problem name, reference source, sizes, instructions
     step = env.step(policy(task["prompt"]))  # StepResult(reward, result, done, info)
+    steps = env.step_many([policy(task["prompt"]) for _ in range(64)])  # a batch of rollouts, one step
 
 Each `step` is one full judge run on the proposed source (written to a temporary .py file): the same
 pipeline, worker isolation, probes and timing as `kerneljudge eval` (`api.evaluate`), or `api.check`
