@@ -249,18 +249,28 @@ def test_kernelbench_entry_of_a_timed_pass():
     assert entry["metadata"]["correctness_trials"] == "(5 / 5)"
 
 
-def test_evaluate_many_and_batched_env_step(tmp_path, fast):
+def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast):
     problem = tmp_path / "scaled_relu.py"
     problem.write_text(PROBLEM)
-    good, wrong = tmp_path / "good.py", tmp_path / "wrong.py"
-    good.write_text(GOOD)
-    wrong.write_text(WRONG)
-    verdicts = {f.job.id: f.result.verdict for f in api.evaluate_many(
-        [(problem, good), {"problem": str(problem), "solution": str(wrong), "id": "w"}], fast, lanes=2)}
-    assert verdicts == {"0": "pass", "w": "fail"}
+    first, second = tmp_path / "good.py", tmp_path / "good2.py"
+    first.write_text(GOOD)
+    second.write_text(GOOD.replace("clamp_min(x * self.scale, 0.0)", "relu(x * self.scale)"))
+    timed = fast.replace(timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
+                                 "warmup_runs": 1, "compile_baseline": False})
+    finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
+                                                           "id": "second"}], timed, lanes=1))
+    assert sorted(f.job.id for f in finished) == ["0", "second"]
+    assert all(f.result.verdict == "pass" and f.result.timing["baselines"]["eager"] for f in finished)
+    # the lane's first candidate of the problem measured the baselines, the second reused them
+    assert [f.result.timing["baselines_cached"] for f in finished] == [[], ["eager"]]
+    assert finished[0].result.timing["baselines"]["eager"] == finished[1].result.timing["baselines"]["eager"]
 
+
+def test_batched_env_step(tmp_path, fast):
+    problem = tmp_path / "scaled_relu.py"
+    problem.write_text(PROBLEM)
     env = KernelEnv(problem, options=fast)
     env.reset()
-    steps = env.step_many([WRONG, GOOD])
+    steps = env.step_many([WRONG, GOOD], lanes=2)
     assert [s.info["verdict"] for s in steps] == ["fail", "pass"]
     assert steps[1].reward > steps[0].reward > 0 and all(s.done for s in steps)
