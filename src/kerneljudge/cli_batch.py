@@ -68,13 +68,13 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     batch = BatchRun(jobs, backend, journal=journal, store_path=options.store_path, on_change=panel or (lambda s: None))
     if as_json:
         for line in batch.skipped:
-            click.echo(json.dumps({**export.public(line), "skipped": True}))
+            _stream({**export.public(line), "skipped": True})
     interrupted = None
     try:
         with _signals_interrupt(), panel or nullcontext():
             for _, line in batch:
                 if as_json:
-                    click.echo(json.dumps(export.public(line)))
+                    _stream(export.public(line))
                 elif panel is not None:
                     panel.finished(line)
     except Interrupted as exc:
@@ -85,7 +85,7 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     written = export.write(folder, lines)
     summary = batch.summary(interrupted=interrupted is not None)
     if as_json:
-        click.echo(json.dumps({**summary, "run_id": batch.run_id, "files": [str(p) for p in written]}))
+        _stream({**summary, "run_id": batch.run_id, "files": [str(p) for p in written]})
     elif sys.stdout.isatty() or interrupted is None:
         click.echo(f"{summary['finished']}/{summary['total']} judged ({summary['skipped']} from an earlier run): "
                    f"pass {summary['pass']}, fail {summary['fail']}, error {summary['error']} in "
@@ -95,3 +95,9 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
                    "run the same command again to resume", err=True)
         sys.exit(128 + interrupted.signum)
     sys.exit(0 if summary["error"] == summary["fail"] == 0 else 1 if summary["error"] == 0 else 2)
+
+
+def _stream(data: dict) -> None:
+    """One JSON line on stdout, flushed at once (a reader sees each candidate as it ends)."""
+    click.echo(json.dumps(data))
+    sys.stdout.flush()

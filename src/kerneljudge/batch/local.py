@@ -8,9 +8,12 @@ timing lock (devicelock.py): lanes on different GPUs time at once; CPU lanes sha
 their timings are serialised while their checks overlap.
 
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
-as the current candidate's worker has answered (a process importing torch on the host does not move
-a device time; its CUDA start happens before the current one times); on a CPU lane only after the
-evaluation, as WorkerPool does (a process importing torch would compete with a host-clock measurement).
+as the current candidate's worker has answered. A spare only imports torch on the host until it is
+taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
+runs on the GPU while the current candidate is timed. On a CPU lane spares start only after an
+evaluation, as WorkerPool does (a process importing torch would compete with a host-clock timing);
+with several CPU lanes, one lane's checks and worker starts do run beside another lane's timing (only
+the timings themselves take turns), so CPU times from several lanes are noisier than from one.
 
 Builds run in the devices' toolchain without touching a GPU: the target architecture is asked once of
 a worker on the first GPU (or given with --arch), and builders run as CPU workers with that
