@@ -217,6 +217,7 @@ class Sampler:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", type=int, default=None, help="judging lanes (default: every visible GPU)")
+    parser.add_argument("--lanes-per-gpu", type=int, default=1, help="lanes sharing a GPU (checks overlap)")
     parser.add_argument("--budget-ms", type=float, default=300.0)
     parser.add_argument("--compile-baseline", action="store_true")
     parser.add_argument("--warm", action="store_true", help="reuse ~/.cache/kerneljudge (default: a fresh cache)")
@@ -237,7 +238,7 @@ def main() -> None:
           flush=True)
     rows = []
     started = time.monotonic()
-    with local_batch(entries, options, lanes=args.lanes) as batch:
+    with local_batch(entries, options, lanes=args.lanes, lanes_per_gpu=args.lanes_per_gpu) as batch:
         lanes = len(batch.scheduler.backend.lanes())
         sampler = Sampler(lanes)
         batch.scheduler.on_change = sampler.on_change

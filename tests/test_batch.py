@@ -19,6 +19,7 @@ from pathlib import Path
 from kerneljudge import api
 from kerneljudge.batch import export
 from kerneljudge.batch.backend import Job
+from kerneljudge.batch.gate import DeviceGate, Holder
 from kerneljudge.batch.journal import FILE_NAME, Journal
 from kerneljudge.batch.local import local_devices
 from kerneljudge.batch.scheduler import Scheduler
@@ -235,6 +236,34 @@ def test_lanes_per_device():
     assert local_devices("cpu", 3) == ["cpu", "cpu", "cpu"]
     assert local_devices("cuda", None, environ={"CUDA_VISIBLE_DEVICES": "2,5"}) == ["cuda:0", "cuda:1"]
     assert local_devices("cuda:1", 4) == ["cuda:1"]
+    assert local_devices("cuda", 1, per_gpu=2) == ["cuda:0", "cuda:0"]
+
+
+def test_a_timing_waits_for_the_lanes_sharing_its_device_and_goes_before_new_stages():
+    gate, log = DeviceGate(), []
+    checking = Holder(gate)
+    checking.on_stage("check")  # one lane checks on the device
+
+    def lane(name: str, stage: str) -> threading.Thread:
+        def run():
+            holder = Holder(gate)
+            holder.on_stage(stage)
+            log.append(name)
+            holder.release()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    timing = lane("timing", "timing")
+    time.sleep(0.3)
+    assert timing.is_alive() and log == []  # a timing never starts beside another lane's stage
+    later = lane("later check", "build")
+    time.sleep(0.3)
+    assert later.is_alive() and log == []  # a stage that starts meanwhile waits for the timing
+    checking.release()
+    timing.join(5)
+    later.join(5)
+    assert log == ["timing", "later check"]
 
 
 def test_kernelbench_entry_of_a_timed_pass():

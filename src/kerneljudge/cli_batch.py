@@ -35,12 +35,14 @@ KERNELBENCH_NEARBY = Path("../shared/kernelbench")  # where a KernelBench checko
 @click.option("--gpus", "lanes", type=click.IntRange(min=1), default=None,
               help="Judging lanes: GPUs (default: every visible one); on a CPU run, CPU lanes (default 1, "
                    "timing serialised).")
+@click.option("--lanes-per-gpu", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Lanes sharing each GPU: their checks overlap, a timing runs alone.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: all cores).")
 @click.option("--force", is_flag=True, help="Judge again what an earlier run of this batch finished.")
 @click.option("--no-timing", is_flag=True, help="Skip timing.")
 @with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def run_command(source: Path, problem: str | None, kernelbench: Path | None, out: Path | None, lanes: int | None,
-                build_jobs: int | None, force: bool, no_timing: bool, **kw) -> None:
+                lanes_per_gpu: int, build_jobs: int | None, force: bool, no_timing: bool, **kw) -> None:
     """Judge a batch of candidates: a KernelBench run folder (level_L_problem_P_sample_S_kernel.py), a
     folder of candidates for --problem, or a JSONL manifest of {problem, solution, id, options}.
     Running it again resumes; --json streams one JSON line per candidate and a summary line."""
@@ -61,7 +63,7 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     jobs = discover(source, setting, problem)
     folder = out or (source if source.is_dir() else source.parent)
     journal = Journal(folder, force=force)
-    backend = LocalBackend(local_devices(device, lanes), options, build_slots=build_jobs or os.cpu_count() or 1)
+    backend = LocalBackend(local_devices(device, lanes, lanes_per_gpu), options, build_slots=build_jobs or os.cpu_count() or 1)
     as_json = kw["as_json"]
     shown = not as_json and sys.stderr.isatty()
     panel = display.LivePanel(f"run {journal.run_id}") if shown else None
