@@ -159,7 +159,7 @@ def generate(folder: Path) -> list[dict]:
         add(problem, "wrong", _with_forward_change(copy, "({}) * 1.01 + 0.01"), "pytorch wrong")
         add(problem, "crash", _with_forward_change(copy, "os._exit(3) or ({})"), "pytorch crash")
     for block in (128, 256, 512, 1024):
-        add("level1/19", f"cuda_relu_{block}", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.f ? x[i] : 0.f")
+        add("level1/19", f"cuda_relu_{block}", ELEMENTWISE.replace("BODY", "y[i] = x[i] < 0.f ? 0.f : x[i]")
             .replace("BLOCK", str(block)).replace("NAME", f"kj_relu_{block}_{tag}"), "cuda honest")
     add("level1/19", "cuda_relu_wrong", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.1f ? x[i] : 0.f")
         .replace("BLOCK", "256").replace("NAME", f"kj_relu_wrong_{tag}"), "cuda wrong")
