@@ -47,7 +47,7 @@ from torch.utils.cpp_extension import load_inline
 
 SOURCE = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 __global__ void kj_kernel(const float* x, float* y, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) { BODY; }
@@ -55,7 +55,7 @@ __global__ void kj_kernel(const float* x, float* y, long n) {
 torch::Tensor run(torch::Tensor x) {
     auto y = torch::empty_like(x);
     long n = x.numel();
-    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, c10::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }
@@ -79,7 +79,7 @@ from torch.utils.cpp_extension import load_inline
 
 SOURCE = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 // one thread per output element of a (rows, inner) view: KIND
 __global__ void kj_kernel(const float* x, float* y, long rows, long length, long inner) {
     long o = blockIdx.x * (long)blockDim.x + threadIdx.x;
@@ -95,7 +95,7 @@ torch::Tensor run(torch::Tensor x, long dim) {
     for (long d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
     auto y = OUTPUT;
     long n = rows * inner;
-    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, c10::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), y.data_ptr<float>(), rows, length, inner);
     return y;
 }
