@@ -152,12 +152,12 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     chooser = random.SystemRandom()
-    checked = {"n": 0, "calls": 0}
+    # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
+    checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
     # besides the checks drawn with CHECK_PROBABILITY, GUARANTEED_CHECKS at secret positions among the first
-    # calls after the warm-up, so even a short measurement checks some timed outputs
-    first_measured = opts.warmup_runs
-    forced = set(chooser.sample(range(first_measured, first_measured + max(opts.min_runs, GUARANTEED_CHECKS)),
-                                GUARANTEED_CHECKS)) if check else set()
+    # calls after the warm-up (the warm-up may run more calls than warmup_runs: it lasts warmup_ms too); a
+    # measurement that the budget ends before those positions checks its last calls instead (below)
+    forced = set(chooser.sample(range(max(opts.min_runs, GUARANTEED_CHECKS)), GUARANTEED_CHECKS)) if check else set()
 
     def before(i: int) -> None:
         k = i % sets
@@ -177,18 +177,37 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
             j.tell(STAGE, f"{parts[model]}: {checked['calls'] + 1} calls", part, len(parts))
         # whether this output is checked is decided only now, here, after its batch returned
         checked["calls"] += 1
-        drawn = checked["calls"] - 1 in forced or chooser.random() < CHECK_PROBABILITY
-        if not check or checked["n"] >= opts.checked_calls or not drawn:
-            return
+        position = checked["measured"]
+        if position is not None:
+            checked["measured"] += 1
+        drawn = position in forced or chooser.random() < CHECK_PROBABILITY
+        if check and checked["n"] < opts.checked_calls and drawn:
+            check_output(i, measured=position is not None)
+
+    def check_output(i: int, measured: bool) -> None:
         checked["n"] += 1
+        if measured:
+            checked["done"].add(i)
         started = clock_ms()
         _check_timed_output(j, i, current[i % sets])
         checking["ms"] += clock_ms() - started
 
+    def measuring() -> None:
+        timer.slacks_ms.clear()  # the cross-check keeps the measured batches only
+        checked["measured"] = 0
+
     try:
         measured = timing.measure(_nothing, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
                                   warmup_ms=opts.warmup_ms, wall_clock_ms=loop_clock_ms, before=before, after=after,
-                                  on_measuring=timer.slacks_ms.clear)
+                                  on_measuring=measuring)
+        # the budget ended the loop before the guaranteed positions: check the last batch's outputs (the
+        # worker keeps them until the next batch), so no timed measurement goes unchecked
+        total = checked["measured"] or 0
+        for i in range(total - 1, max(0, total - timer.batch) - 1, -1):
+            if not check or checked["n"] >= min(GUARANTEED_CHECKS, opts.checked_calls):
+                break
+            if i not in checked["done"]:
+                check_output(i, measured=True)
     except TimedCallFailed:
         j.findings.extend(timer.findings)
         raise StageEnded() from None

@@ -1,0 +1,35 @@
+"""Regressions found by QA (2026-12-01): real evaluations of candidates nobody on the team had written.
+
+Each test runs the judge on a candidate under tests/candidates/qa/ (CPU, small sizes, timing only where
+timing is the point) and asserts what a user must see.
+"""
+
+from __future__ import annotations
+
+from conftest import CANDIDATES, codes
+from kerneljudge import api
+from kerneljudge.stages import measure
+
+QA = CANDIDATES / "qa"
+RELU = "level1/19"
+
+# The budget ends the timed loop after its first call (no warm-up time, a budget any call exceeds): the
+# guaranteed checks at secret positions among the first 10 calls are never reached.
+CUT_SHORT = {"enabled": True, "baselines": False, "warmup_runs": 0, "warmup_ms": 0.0, "min_time_ms": 0.0,
+             "target_rel_sem": 0.0, "budget_ms": 1e-3}
+
+
+def test_a_measurement_cut_short_by_the_budget_still_checks_a_timed_output(fast, monkeypatch):
+    monkeypatch.setattr(measure, "CHECK_PROBABILITY", 0.0)  # only the guaranteed checks: no luck either way
+    result = api.evaluate(RELU, QA / "zeros_while_timed.py", fast.replace(timing=CUT_SHORT))
+    assert all(t.passed for t in result.trials)
+    assert result.timing is not None and result.timing["candidate"]["n"] == 1
+    assert result.timing["checked_outputs"] >= 1
+    assert result.verdict == "fail" and "timed-output-mismatch" in codes(result)
+
+
+def test_honest_control_cut_short_passes(fast, monkeypatch):
+    monkeypatch.setattr(measure, "CHECK_PROBABILITY", 0.0)
+    result = api.evaluate(RELU, "@pytorch", fast.replace(timing=CUT_SHORT))
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+    assert result.timing["checked_outputs"] >= 1
