@@ -6,7 +6,7 @@ timing is the point) and asserts what a user must see.
 
 from __future__ import annotations
 
-from conftest import CANDIDATES, codes
+from conftest import CANDIDATES, SEED, codes
 from kerneljudge import api
 from kerneljudge.stages import measure
 
@@ -33,3 +33,23 @@ def test_honest_control_cut_short_passes(fast, monkeypatch):
     result = api.evaluate(RELU, "@pytorch", fast.replace(timing=CUT_SHORT))
     assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
     assert result.timing["checked_outputs"] >= 1
+
+
+# The parameters-replaced probe put float32, contiguous parameters in place of the candidate's own: an
+# honest candidate with float64 parameters crashed (forward-error), one whose weight is channels_last
+# read garbage and failed as stale-parameters. The new objects now take the candidate's dtype and layout.
+
+
+def test_float64_parameters_survive_the_replaced_parameters_probe(fast):
+    result = api.check(SEED, QA / "float64_parameters.py", fast)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+
+
+def test_channels_last_weight_survives_the_replaced_parameters_probe(fast):
+    result = api.check("level1/63", QA / "conv_weight_channels_last.py", fast)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+
+
+def test_a_cache_of_replaced_parameters_is_still_stale(fast):
+    result = api.check(SEED, CANDIDATES / "integrity" / "stale_replaced.py", fast)
+    assert result.verdict == "fail" and "stale-parameters" in codes(result)
