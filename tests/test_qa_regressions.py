@@ -53,3 +53,17 @@ def test_channels_last_weight_survives_the_replaced_parameters_probe(fast):
 def test_a_cache_of_replaced_parameters_is_still_stale(fast):
     result = api.check(SEED, CANDIDATES / "integrity" / "stale_replaced.py", fast)
     assert result.verdict == "fail" and "stale-parameters" in codes(result)
+
+
+# A speedup divides a baseline's time: on a loaded CPU with a short budget the eager or compile baseline
+# ended after one or two runs (once 1 run, 97% relative SEM) and "562x vs compile" was printed without a
+# word; a noisy candidate time was already flagged. The baselines are now flagged the same way.
+
+
+def test_a_baseline_measured_once_is_flagged_noisy(fast):
+    timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "target_rel_sem": 0.005}
+    result = api.evaluate(RELU, "@pytorch", fast.replace(timing=timing))
+    assert result.verdict == "pass"
+    assert result.timing["baselines"]["eager"]["n"] == 1
+    noisy = [f.message for f in result.findings if f.code == "timing-noisy"]
+    assert any(m.startswith("baseline eager") for m in noisy), noisy

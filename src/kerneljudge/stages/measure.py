@@ -249,11 +249,14 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     except StageEnded:
         return None
     stats = candidate.stats
-    if stats.rel_sem > NOISY_FACTOR * opts.target_rel_sem:
-        j.findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after {stats.n} runs "
-                                     f"({candidate.stop_reason})", stage=STAGE))
+    _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
     baselines, cached = _baselines(j, stop, clock_ms, problem_key)
     after = baselines.pop("_eager_timer")
+    for name, figures in baselines.items():  # a speedup is only as certain as the baseline it divides
+        if figures and name not in cached:
+            rel_sem = figures.get("rel_sem")  # None (not finite) after a single run
+            _warn_if_noisy(j, f"baseline {name}, so the speedup against it too: ",
+                           math.inf if rel_sem is None else rel_sem, figures.get("n"), None, "baselines")
     slack = _cross_check(j, timer, before, after, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines, cached,
@@ -261,6 +264,13 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                                                             "target_rel_sem")})
     block.floor = _floor(j, device_key, stats.median_ms)
     return block.to_json()
+
+
+def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, stage: str) -> None:
+    """`timing-noisy` when a figure ended far from its precision target (the candidate's, or a baseline's)."""
+    if rel_sem > NOISY_FACTOR * j.options.timing.target_rel_sem:
+        j.findings.append(Finding.of("timing-noisy", f"{what}relative SEM {100 * rel_sem:.2g}% after {n} runs"
+                                     + (f" ({why})" if why else ""), stage=stage))
 
 
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> tuple[dict, list[str]]:
