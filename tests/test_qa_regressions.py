@@ -67,3 +67,24 @@ def test_a_baseline_measured_once_is_flagged_noisy(fast):
     assert result.timing["baselines"]["eager"]["n"] == 1
     noisy = [f.message for f in result.findings if f.code == "timing-noisy"]
     assert any(m.startswith("baseline eager") for m in noisy), noisy
+
+
+# Catalog row 28: a candidate that wrote {"gbps": 1e-6} into the cache folder's bandwidth entry (the worker
+# can write there) made every later honest candidate fail as impossible-speed. A cached figure is now
+# believed only within a plausible range, and measured again before it fails anyone.
+
+
+def test_a_poisoned_bandwidth_cache_fails_no_later_honest_candidate(fast, tmp_path):
+    import json
+
+    options = fast.replace(cache_dir=tmp_path, timing={**CUT_SHORT, "budget_ms": 50.0})
+    assert api.evaluate(RELU, "@pytorch", options).verdict == "pass"  # the figure is measured and cached
+    entries = list((tmp_path / "bandwidth").glob("*.json"))
+    assert entries
+    for poison in (1e-6, 0.2):  # absurd, then plausible but 50x too low for this machine
+        for entry in entries:
+            entry.write_text(json.dumps({"gbps": poison}))
+        result = api.evaluate(RELU, "@pytorch", options)
+        assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+        assert result.timing["floor"]["bandwidth_gbps"] > 0.2
+        assert all(json.loads(entry.read_text())["gbps"] > 0.2 for entry in entries)
