@@ -88,3 +88,12 @@ def test_a_poisoned_bandwidth_cache_fails_no_later_honest_candidate(fast, tmp_pa
         assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
         assert result.timing["floor"]["bandwidth_gbps"] > 0.2
         assert all(json.loads(entry.read_text())["gbps"] > 0.2 for entry in entries)
+
+
+# Outputs were compared as flat lists of tensors: a candidate returning [tensor] for a tensor passed.
+
+
+def test_a_list_for_a_tensor_is_a_structure_mismatch(fast):
+    result = api.check(RELU, QA / "returns_list.py", fast)
+    assert result.verdict == "fail" and "output-shape" in codes(result)
+    assert "returned a list of 1 tensors, the reference a tensor" in result.trials[0].message
