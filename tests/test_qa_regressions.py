@@ -97,3 +97,15 @@ def test_a_list_for_a_tensor_is_a_structure_mismatch(fast):
     result = api.check(RELU, QA / "returns_list.py", fast)
     assert result.verdict == "fail" and "output-shape" in codes(result)
     assert "returned a list of 1 tensors, the reference a tensor" in result.trials[0].message
+
+
+# Under --protocol kernelbench the strict verdict was computed with KernelBench's own failing trials
+# among its findings, so "KernelBench fails, strict passes" was never reported.
+
+
+def test_kernelbench_fail_strict_pass_is_reported(fast):
+    result = api.check(SEED, QA / "subtract_registered_first.py", fast, protocol="kernelbench")
+    assert result.verdict == "fail" and "wrong-output" in codes(result)
+    difference = [f for f in result.findings if f.code == "protocol-difference"]
+    assert difference and difference[0].details["strict_verdict"] == "pass", [f.message for f in result.findings]
+    assert "state_dict" in difference[0].message
