@@ -104,7 +104,7 @@ def test_a_list_for_a_tensor_is_a_structure_mismatch(fast):
 
 
 def test_kernelbench_fail_strict_pass_is_reported(fast):
-    result = api.check(SEED, QA / "subtract_registered_first.py", fast, protocol="kernelbench")
+    result = api.check(SEED, CANDIDATES / "core" / "param_order.py", fast, protocol="kernelbench")
     assert result.verdict == "fail" and "wrong-output" in codes(result)
     difference = [f for f in result.findings if f.code == "protocol-difference"]
     assert difference and difference[0].details["strict_verdict"] == "pass", [f.message for f in result.findings]
