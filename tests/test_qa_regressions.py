@@ -109,3 +109,17 @@ def test_kernelbench_fail_strict_pass_is_reported(fast):
     difference = [f for f in result.findings if f.code == "protocol-difference"]
     assert difference and difference[0].details["strict_verdict"] == "pass", [f.message for f in result.findings]
     assert "state_dict" in difference[0].message
+
+
+# Options(cache_dir="...") from Python: a str path reached the timing lock as a str and the judge raised
+# TypeError ('str' / 'str') with its own traceback. Paths given as str are Paths now.
+
+
+def test_options_take_paths_as_strings(fast, tmp_path):
+    from kerneljudge.options import Options
+
+    options = Options(device="cpu", cache_dir=str(tmp_path / "cache"), store_path=str(tmp_path / "results.sqlite"))
+    assert options.cache_dir == tmp_path / "cache" and options.store_path == tmp_path / "results.sqlite"
+    timing = {**CUT_SHORT, "budget_ms": 20.0}
+    result = api.evaluate(RELU, "@pytorch", options.replace(timing=timing))
+    assert result.verdict == "pass" and (tmp_path / "results.sqlite").exists()
