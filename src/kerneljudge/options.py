@@ -169,6 +169,13 @@ class Options:
     arch: str | None = None  # TORCH_CUDA_ARCH_LIST for builds; None: the visible GPU's
     problems_root: Path | None = field(default_factory=default_problems_root)  # None: the built-in suite
 
+    def __post_init__(self) -> None:
+        # the folders and the store as Paths, whether given as Path, str or any os.PathLike (Python callers)
+        for name in ("cache_dir", "store_path", "problems_root"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path) and isinstance(value, (str, os.PathLike)):
+                object.__setattr__(self, name, Path(value))
+
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).
         An unknown field is a UsageError listing the known ones."""

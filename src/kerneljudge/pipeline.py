@@ -52,6 +52,7 @@ class Run:
     output_tail: str | None = None
     shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
     memory: dict[str, Any] = field(default_factory=dict)  # stages/memory: peaks, footprint, device total
+    kernelbench_findings: list[Finding] = field(default_factory=list)  # of KernelBench's own trials only
     on_progress: ProgressObserver = ignore
 
     @contextmanager
@@ -254,6 +255,7 @@ def _check(run: Run, judging: Judging, problem_data: dict, seed: int) -> bool:
         if ready is None:
             return False
         run.trials.extend(check.run_check(judging, seed, trials, kernelbench_seeds=ready["trial_seeds"][:trials]))
+        run.kernelbench_findings = list(judging.findings)
         run.findings.extend(judging.findings)
         judging.findings.clear()
         if run.blocked:
@@ -310,10 +312,14 @@ def _timing_lock(run: Run, worker: WorkerProcess):
 def _protocol_difference(run: Run) -> None:
     """Under --protocol kernelbench: say where KernelBench's verdict and the strict one differ, and why."""
     kernelbench = decide_verdict(run.findings, run.trials)
-    strict = decide_verdict(run.findings + run.shadow.findings, run.shadow.trials)
+    shared = [f for f in run.findings if not any(f is k for k in run.kernelbench_findings)]  # load, lint, probes
+    strict = decide_verdict(shared + run.shadow.findings, run.shadow.trials)
     if kernelbench != strict:
         caught = [f for f in run.shadow.findings if f.severity in ("error", "fail")]
-        why = "; ".join(f"{f.code}: {f.message}" for f in caught[:4]) or "see the strict trials"
+        why = "; ".join(f"{f.code}: {f.message}" for f in caught[:4]) or (
+            "KernelBench's protocol does not copy the reference's weights (it seeds both constructors alike), so a "
+            "ModelNew that creates its parameters in another order gets other values; the strict protocol loads "
+            "the reference's state_dict" if strict == "pass" else "see the strict trials")
         run.findings.append(Finding.of(
             "protocol-difference", f"KernelBench's protocol gives {kernelbench}, the strict protocol {strict}: {why}",
             stage="check", kernelbench_verdict=kernelbench, strict_verdict=strict,

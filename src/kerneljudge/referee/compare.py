@@ -67,6 +67,11 @@ def structure_problem(received: Received, ref_out) -> Finding | None:
         return Finding.of("output-type", f"forward returned {received.type_name.rsplit('.', 1)[-1] or 'an object'}, "
                           "not a tensor", stage=STAGE)
     refs = as_tensors(ref_out)
+    if (received.kind == "tensor") != isinstance(ref_out, torch.Tensor):  # a drop-in replacement's structure
+        got = "a tensor" if received.kind == "tensor" else f"a {received.kind} of {len(received.facts)} tensors"
+        expected = ("a tensor" if isinstance(ref_out, torch.Tensor)
+                    else f"a {type(ref_out).__name__} of {len(refs)} tensors")
+        return Finding.of("output-shape", f"forward returned {got}, the reference {expected}", stage=STAGE)
     if len(received.facts) != len(refs):
         return Finding.of("output-shape", f"forward returned {len(received.facts)} tensors, the reference "
                           f"{len(refs)}", stage=STAGE)

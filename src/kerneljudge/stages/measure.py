@@ -27,6 +27,7 @@ from kerneljudge.stages.context import Judging, StageEnded
 
 STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
+PLAUSIBLE_GBPS = (0.1, 20_000.0)  # a cached copy bandwidth outside this range is measured again (an H200: ~4000)
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 GUARANTEED_CHECKS = 2
@@ -186,12 +187,12 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     chooser = random.SystemRandom()
-    checked = {"n": 0, "calls": 0}
+    # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
+    checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
     # besides the checks drawn with CHECK_PROBABILITY, GUARANTEED_CHECKS at secret positions among the first
-    # calls after the warm-up, so even a short measurement checks some timed outputs
-    first_measured = opts.warmup_runs
-    forced = set(chooser.sample(range(first_measured, first_measured + max(opts.min_runs, GUARANTEED_CHECKS)),
-                                GUARANTEED_CHECKS)) if check else set()
+    # calls after the warm-up (the warm-up may run more calls than warmup_runs: it lasts warmup_ms too); a
+    # measurement that the budget ends before those positions checks its last calls instead (below)
+    forced = set(chooser.sample(range(max(opts.min_runs, GUARANTEED_CHECKS)), GUARANTEED_CHECKS)) if check else set()
 
     def before(i: int) -> None:
         k = i % sets
@@ -211,18 +212,37 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
             j.tell(STAGE, f"{parts[model]}: {checked['calls'] + 1} calls", part, len(parts))
         # whether this output is checked is decided only now, here, after its batch returned
         checked["calls"] += 1
-        drawn = checked["calls"] - 1 in forced or chooser.random() < CHECK_PROBABILITY
-        if not check or checked["n"] >= opts.checked_calls or not drawn:
-            return
+        position = checked["measured"]
+        if position is not None:
+            checked["measured"] += 1
+        drawn = position in forced or chooser.random() < CHECK_PROBABILITY
+        if check and checked["n"] < opts.checked_calls and drawn:
+            check_output(i, measured=position is not None)
+
+    def check_output(i: int, measured: bool) -> None:
         checked["n"] += 1
+        if measured:
+            checked["done"].add(i)
         started = clock_ms()
         _check_timed_output(j, i, current[i % sets])
         checking["ms"] += clock_ms() - started
 
+    def measuring() -> None:
+        timer.slacks_ms.clear()  # the cross-check keeps the measured batches only
+        checked["measured"] = 0
+
     try:
         measured = timing.measure(_nothing, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
                                   warmup_ms=opts.warmup_ms, wall_clock_ms=loop_clock_ms, before=before, after=after,
-                                  on_measuring=timer.slacks_ms.clear)
+                                  on_measuring=measuring)
+        # the budget ended the loop before the guaranteed positions: check the last batch's outputs (the
+        # worker keeps them until the next batch), so no timed measurement goes unchecked
+        total = checked["measured"] or 0
+        for i in range(total - 1, max(0, total - timer.batch) - 1, -1):
+            if not check or checked["n"] >= min(GUARANTEED_CHECKS, opts.checked_calls):
+                break
+            if i not in checked["done"]:
+                check_output(i, measured=True)
     except TimedCallFailed:
         j.findings.extend(timer.findings)
         raise StageEnded() from None
@@ -264,11 +284,14 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     except StageEnded:
         return None
     stats = candidate.stats
-    if stats.rel_sem > NOISY_FACTOR * opts.target_rel_sem:
-        j.findings.append(Finding.of("timing-noisy", f"relative SEM {100 * stats.rel_sem:.2g}% after {stats.n} runs "
-                                     f"({candidate.stop_reason})", stage=STAGE))
+    _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
     baselines, cached = _baselines(j, stop, clock_ms, problem_key)
     after = baselines.pop("_eager_timer")
+    for name, figures in baselines.items():  # a speedup is only as certain as the baseline it divides
+        if figures and name not in cached:
+            rel_sem = figures.get("rel_sem")  # None (not finite) after a single run
+            _warn_if_noisy(j, f"baseline {name}, so the speedup against it too: ",
+                           math.inf if rel_sem is None else rel_sem, figures.get("n"), None, "baselines")
     slack = _cross_check(j, timer, before, after, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines, cached,
@@ -276,6 +299,13 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                                                             "target_rel_sem")})
     block.floor = _floor(j, device_key, stats.median_ms)
     return block.to_json()
+
+
+def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, stage: str) -> None:
+    """`timing-noisy` when a figure ended far from its precision target (the candidate's, or a baseline's)."""
+    if rel_sem > NOISY_FACTOR * j.options.timing.target_rel_sem:
+        j.findings.append(Finding.of("timing-noisy", f"{what}relative SEM {100 * rel_sem:.2g}% after {n} runs"
+                                     + (f" ({why})" if why else ""), stage=stage))
 
 
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> tuple[dict, list[str]]:
@@ -382,16 +412,27 @@ def _nothing(index: int) -> None:
     """The timed call's stand-in on the judge's side (the call itself runs in the timed process)."""
 
 
+def _bandwidth_gbps(j: Judging, device_key: str, cached: bool) -> float:
+    """The device's copy bandwidth: the cached figure where `cached` and it is plausible, else the referee's
+    measurement now (cached for the next run). The cache folder is not the judge's alone (row 28)."""
+    if cached:
+        gbps = (cache.load(j.options.cache_dir, "bandwidth", device_key) or {}).get("gbps")
+        if type(gbps) in (int, float) and PLAUSIBLE_GBPS[0] <= gbps <= PLAUSIBLE_GBPS[1]:
+            return float(gbps)
+    gbps = j.take(j.referee.call(protocol.CopyBandwidth()), STAGE)["gbps"]
+    cache.save(j.options.cache_dir, "bandwidth", device_key, {"gbps": gbps})
+    return gbps
+
+
 def _floor(j: Judging, device_key: str, median_ms: float) -> dict[str, Any]:
     """The roofline floor: inputs read once and outputs written once at the copy bandwidth the referee
-    measured (cached per device)."""
-    cached = cache.load(j.options.cache_dir, "bandwidth", device_key) or {}
-    gbps = cached.get("gbps")
-    if not isinstance(gbps, (int, float)) or gbps <= 0:
-        gbps = j.take(j.referee.call(protocol.CopyBandwidth()), STAGE)["gbps"]
-        cache.save(j.options.cache_dir, "bandwidth", device_key, {"gbps": gbps})
+    measured (cached per device; measured again before a cached figure fails a candidate)."""
     moved = j.info.get("moved_bytes", 0)
+    gbps = _bandwidth_gbps(j, device_key, cached=True)
     floor_ms = timing.floor_time_ms(moved, gbps)
+    if median_ms < IMPOSSIBLE_FRACTION * floor_ms:
+        gbps = _bandwidth_gbps(j, device_key, cached=False)
+        floor_ms = timing.floor_time_ms(moved, gbps)
     if median_ms < IMPOSSIBLE_FRACTION * floor_ms:
         j.findings.append(Finding.of("impossible-speed", f"median {median_ms:.4g} ms is under {IMPOSSIBLE_FRACTION:g}x "
                                      f"the memory floor {floor_ms:.4g} ms ({moved} bytes at {gbps:.0f} GB/s)",

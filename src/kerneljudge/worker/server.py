@@ -206,10 +206,11 @@ class Worker:
             for name, value in zip(request.names, values):
                 if name not in candidate_state:
                     continue
-                if request.replace:
+                if request.replace:  # a new object, in the candidate's own dtype, device and layout
                     owner, attr = _owner(session.candidate, name)
                     old = getattr(owner, attr)
-                    setattr(owner, attr, torch.nn.Parameter(value.clone(), requires_grad=old.requires_grad))
+                    fresh = torch.empty_like(old.detach()).copy_(value)
+                    setattr(owner, attr, torch.nn.Parameter(fresh, requires_grad=old.requires_grad))
                 else:
                     candidate_state[name].copy_(value)
         return _reply([])

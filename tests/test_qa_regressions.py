@@ -1,0 +1,125 @@
+"""Regressions found by QA (2026-12-01): real evaluations of candidates nobody on the team had written.
+
+Each test runs the judge on a candidate under tests/candidates/qa/ (CPU, small sizes, timing only where
+timing is the point) and asserts what a user must see.
+"""
+
+from __future__ import annotations
+
+from conftest import CANDIDATES, SEED, codes
+from kerneljudge import api
+from kerneljudge.stages import measure
+
+QA = CANDIDATES / "qa"
+RELU = "level1/19"
+
+# The budget ends the timed loop after its first call (no warm-up time, a budget any call exceeds): the
+# guaranteed checks at secret positions among the first 10 calls are never reached.
+CUT_SHORT = {"enabled": True, "baselines": False, "warmup_runs": 0, "warmup_ms": 0.0, "min_time_ms": 0.0,
+             "target_rel_sem": 0.0, "budget_ms": 1e-3}
+
+
+def test_a_measurement_cut_short_by_the_budget_still_checks_a_timed_output(fast, monkeypatch):
+    monkeypatch.setattr(measure, "CHECK_PROBABILITY", 0.0)  # only the guaranteed checks: no luck either way
+    result = api.evaluate(RELU, QA / "zeros_while_timed.py", fast.replace(timing=CUT_SHORT))
+    assert all(t.passed for t in result.trials)
+    assert result.timing is not None and result.timing["candidate"]["n"] == 1
+    assert result.timing["checked_outputs"] >= 1
+    assert result.verdict == "fail" and "timed-output-mismatch" in codes(result)
+
+
+def test_honest_control_cut_short_passes(fast, monkeypatch):
+    monkeypatch.setattr(measure, "CHECK_PROBABILITY", 0.0)
+    result = api.evaluate(RELU, "@pytorch", fast.replace(timing=CUT_SHORT))
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+    assert result.timing["checked_outputs"] >= 1
+
+
+# The parameters-replaced probe put float32, contiguous parameters in place of the candidate's own: an
+# honest candidate with float64 parameters crashed (forward-error), one whose weight is channels_last
+# read garbage and failed as stale-parameters. The new objects now take the candidate's dtype and layout.
+
+
+def test_float64_parameters_survive_the_replaced_parameters_probe(fast):
+    result = api.check(SEED, QA / "float64_parameters.py", fast)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+
+
+def test_channels_last_weight_survives_the_replaced_parameters_probe(fast):
+    result = api.check("level1/63", QA / "conv_weight_channels_last.py", fast)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+
+
+def test_a_cache_of_replaced_parameters_is_still_stale(fast):
+    result = api.check(SEED, CANDIDATES / "integrity" / "stale_replaced.py", fast)
+    assert result.verdict == "fail" and "stale-parameters" in codes(result)
+
+
+# A speedup divides a baseline's time: on a loaded CPU with a short budget the eager or compile baseline
+# ended after one or two runs (once 1 run, 97% relative SEM) and "562x vs compile" was printed without a
+# word; a noisy candidate time was already flagged. The baselines are now flagged the same way.
+
+
+def test_a_baseline_measured_once_is_flagged_noisy(fast):
+    timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "target_rel_sem": 0.005}
+    result = api.evaluate(RELU, "@pytorch", fast.replace(timing=timing))
+    assert result.verdict == "pass"
+    assert result.timing["baselines"]["eager"]["n"] == 1
+    noisy = [f.message for f in result.findings if f.code == "timing-noisy"]
+    assert any(m.startswith("baseline eager") for m in noisy), noisy
+
+
+# Catalog row 28: a candidate that wrote {"gbps": 1e-6} into the cache folder's bandwidth entry (the worker
+# can write there) made every later honest candidate fail as impossible-speed. A cached figure is now
+# believed only within a plausible range, and measured again before it fails anyone.
+
+
+def test_a_poisoned_bandwidth_cache_fails_no_later_honest_candidate(fast, tmp_path):
+    import json
+
+    options = fast.replace(cache_dir=tmp_path, timing={**CUT_SHORT, "budget_ms": 50.0})
+    assert api.evaluate(RELU, "@pytorch", options).verdict == "pass"  # the figure is measured and cached
+    entries = list((tmp_path / "bandwidth").glob("*.json"))
+    assert entries
+    for poison in (1e-6, 0.2):  # absurd, then plausible but 50x too low for this machine
+        for entry in entries:
+            entry.write_text(json.dumps({"gbps": poison}))
+        result = api.evaluate(RELU, "@pytorch", options)
+        assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+        assert result.timing["floor"]["bandwidth_gbps"] > 0.2
+        assert all(json.loads(entry.read_text())["gbps"] > 0.2 for entry in entries)
+
+
+# Outputs were compared as flat lists of tensors: a candidate returning [tensor] for a tensor passed.
+
+
+def test_a_list_for_a_tensor_is_a_structure_mismatch(fast):
+    result = api.check(RELU, QA / "returns_list.py", fast)
+    assert result.verdict == "fail" and "output-shape" in codes(result)
+    assert "returned a list of 1 tensors, the reference a tensor" in result.trials[0].message
+
+
+# Under --protocol kernelbench the strict verdict was computed with KernelBench's own failing trials
+# among its findings, so "KernelBench fails, strict passes" was never reported.
+
+
+def test_kernelbench_fail_strict_pass_is_reported(fast):
+    result = api.check(SEED, CANDIDATES / "core" / "param_order.py", fast, protocol="kernelbench")
+    assert result.verdict == "fail" and "wrong-output" in codes(result)
+    difference = [f for f in result.findings if f.code == "protocol-difference"]
+    assert difference and difference[0].details["strict_verdict"] == "pass", [f.message for f in result.findings]
+    assert "state_dict" in difference[0].message
+
+
+# Options(cache_dir="...") from Python: a str path reached the timing lock as a str and the judge raised
+# TypeError ('str' / 'str') with its own traceback. Paths given as str are Paths now.
+
+
+def test_options_take_paths_as_strings(fast, tmp_path):
+    from kerneljudge.options import Options
+
+    options = Options(device="cpu", cache_dir=str(tmp_path / "cache"), store_path=str(tmp_path / "results.sqlite"))
+    assert options.cache_dir == tmp_path / "cache" and options.store_path == tmp_path / "results.sqlite"
+    timing = {**CUT_SHORT, "budget_ms": 20.0}
+    result = api.evaluate(RELU, "@pytorch", options.replace(timing=timing))
+    assert result.verdict == "pass" and (tmp_path / "results.sqlite").exists()
