@@ -163,6 +163,10 @@ def _specs() -> dict[str, Spec]:
         Spec("timing-lock-wait", "info", "Timing waited for another evaluation timing on the same device",
              "Nothing to fix: timings on one device take turns so they do not slow each other down; the wait "
              "is not in any figure."),
+        # issue 13: sandbox
+        Spec("sandbox-breach", "fail", "The candidate's process changed files of the judge",
+             "Write only in the worker's own folder (the current directory, $TMPDIR): the judge's package and its "
+             "results store are not the candidate's to change.", catalog_row=26),
         Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
              "Its details are withheld; fix the findings of the open run first."),
     ]

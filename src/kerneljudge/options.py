@@ -36,6 +36,9 @@ ARGUMENT_NAMES: dict[str, dict[Interface, str]] = {
     "worker.timeout_s": {"cli": "--timeout"},
 }
 
+#: The sandbox layers that can be turned off (kerneljudge/sandbox/__init__.py describes them).
+SANDBOX_LAYERS = ("user", "mount", "dev", "pid", "net", "rlimits")
+
 #: Tolerances per output dtype (atol = rtol). fp32 as KernelBench (1e-4); half types 1e-2.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7}
 
@@ -68,6 +71,11 @@ def default_server_socket() -> Path:
     if runtime and Path(runtime).is_dir():
         return Path(runtime) / "kerneljudge" / "judge.sock"
     return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
+
+
+def default_sandbox_off() -> tuple[str, ...]:
+    """Sandbox layers turned off: $KERNELJUDGE_SANDBOX_OFF, comma-separated (none by default)."""
+    return tuple(sorted(filter(None, (n.strip() for n in os.environ.get("KERNELJUDGE_SANDBOX_OFF", "").split(",")))))
 
 
 def default_problems_root() -> Path | None:
@@ -148,6 +156,19 @@ class WorkerOptions:
 
     timeout_s: float = 300.0  # whole worker lifetime, build included (a cold CUDA build takes ~1 min)
     memory_limit_mb: int | None = None  # None: 75% of RAM on a CPU run; no address-space limit on GPUs
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits); default from
+    # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
+    sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
+    writable: tuple[Path, ...] = ()  # folders the worker may write besides its own (the build caches)
+    watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
+    max_processes: int = 1024  # tasks (threads too) the worker may add to its user's
+    max_file_mb: int = 16384  # largest file the worker may write
+    max_open_files: int = 4096
+
+    def launch_key(self) -> tuple:
+        """What a worker's sandbox is started with: a spare started under another is not used."""
+        return (self.sandbox_off, self.writable, self.watched, self.max_processes, self.max_file_mb,
+                self.max_open_files)
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,13 @@ class Options:
     hidden_recheck: bool = False  # submit: another round of trials with secret seeds, details withheld
     arch: str | None = None  # TORCH_CUDA_ARCH_LIST for builds; None: the visible GPU's
     problems_root: Path | None = field(default_factory=default_problems_root)  # None: the built-in suite
+
+    def worker_options(self) -> WorkerOptions:
+        """The worker's options with what the sandbox must know of this run: the build caches are
+        writable, the results store is watched."""
+        return dataclasses.replace(
+            self.worker, writable=(self.cache_dir / "builds", self.cache_dir / "triton", *self.worker.writable),
+            watched=tuple(self.worker.watched) + ((self.store_path,) if self.store_path else ()))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).
@@ -203,6 +231,12 @@ class Options:
         _check_number(worker.timeout_s, "worker.timeout_s", above=True, unit=" s")
         _check_number(worker.memory_limit_mb, "worker.memory_limit_mb", integer=True, minimum=256, optional=True,
                       unit=" MB")
+        for name in ("max_processes", "max_file_mb", "max_open_files"):
+            _check_number(getattr(worker, name), f"worker.{name}", integer=True, minimum=16)
+        unknown = set(worker.sandbox_off) - set(SANDBOX_LAYERS)
+        if unknown:
+            raise UsageError(f"{{argument}}: unknown layer {', '.join(sorted(unknown))} (the layers: "
+                             f"{', '.join(SANDBOX_LAYERS)})", "worker.sandbox_off")
         return self
 
     def command_line(self, verb: str, problem: str, solution: str, *, seed: int, device: str,

@@ -49,6 +49,7 @@ class Run:
     timing: dict[str, Any] | None = None
     probe_info: dict[str, Any] = field(default_factory=dict)
     output_tail: str | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the worker's sandbox layers (sandbox.Layers)
     shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
     on_progress: ProgressObserver = ignore
 
@@ -171,8 +172,9 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     """The stages that run code: the candidate in its worker, the reference in the referee (started together,
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
-    worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
-    referee = pool.take(options.worker, REFEREE) if pool is not None else WorkerProcess(options.worker, module=REFEREE)
+    worker_options = options.worker_options()
+    worker = pool.take(worker_options) if pool is not None else WorkerProcess(worker_options)
+    referee = pool.take(worker_options, REFEREE) if pool is not None else WorkerProcess(worker_options, module=REFEREE)
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
     try:
         with worker, referee:
@@ -214,11 +216,25 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
         judging.findings.append(failure.finding)
         run.output_tail = failure.output_tail
     finally:
+        _sandbox_checks(run, worker, judging)
         _collect(run, judging)
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
         if pool is not None:
-            pool.fill()  # the next worker starts now, not during this evaluation's measurements
+            pool.fill(worker_options)  # the next worker starts now, not during this evaluation's measurements
+
+
+def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
+    """The worker's sandbox layers onto the result, and any file of the judge it changed as a failure
+    (the worker has ended: WorkerProcess.close compared the package and the store with their snapshot)."""
+    if worker.sandbox is not None:
+        run.sandbox = worker.sandbox.to_json()
+    if worker.breaches:
+        shown = ", ".join(worker.breaches[:5]) + (f" and {len(worker.breaches) - 5} more" if len(worker.breaches) > 5
+                                                  else "")
+        judging.findings.append(Finding.of("sandbox-breach", f"the candidate's process changed files of the judge: "
+                                           f"{shown} (planted bytecode was removed)", stage="worker",
+                                           files=worker.breaches[:50]))
 
 
 def _ping(judging: Judging, process: WorkerProcess) -> dict:
@@ -324,7 +340,7 @@ def _result(run: Run, problem: Problem | None, candidate: Candidate | None, devi
         problem=problem.to_json() if problem else {}, candidate=candidate.to_json() if candidate else {},
         device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
         build=run.build, timing=run.timing, stage_ms=run.stage_ms,
-        seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info,
+        seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info, sandbox=run.sandbox,
         reproduce=run.options.command_line(
             verb, problem.name.split("_")[0] if problem.builtin else str(problem.path), str(candidate.path),
             seed=seed, device=device, preset=problem.preset) if problem and candidate else None)

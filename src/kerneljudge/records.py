@@ -145,6 +145,7 @@ class Result:
     worker_output_tail: str | None = None
     probes: dict[str, Any] = field(default_factory=dict)  # what the probes saw: op trace, streams
     reproduce: str | None = None  # the kerneljudge command that runs this evaluation again, same seed
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the worker's sandbox: active and inactive layers
 
     @property
     def correct(self) -> bool:
@@ -178,6 +179,7 @@ class Result:
             "reproduce": self.reproduce,
             "worker_output_tail": self.worker_output_tail,
             "probes": self.probes,
+            "sandbox": self.sandbox,
         }
 
     @classmethod
@@ -193,7 +195,7 @@ class Result:
             build=Build(**{**build, "extensions": tuple(build.get("extensions", ()))}) if build else None,
             timing=data.get("timing"), stage_ms=data.get("stage_ms", {}), seed=data.get("seed"),
             worker_output_tail=data.get("worker_output_tail"), probes=data.get("probes") or {},
-            reproduce=data.get("reproduce"),
+            reproduce=data.get("reproduce"), sandbox=data.get("sandbox") or {},
         )
 
 
