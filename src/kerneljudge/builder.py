@@ -41,7 +41,7 @@ def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
     except CandidateError as exc:
         return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
     try:
-        with WorkerProcess(options.worker) as worker:
+        with WorkerProcess(options.worker_options()) as worker:
             hello = worker.call(protocol.Ping(device))
             if hello.get("usage_error"):
                 return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["usage_error"],

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kerneljudge import sandbox
-from kerneljudge.options import SANDBOX_LAYERS, default_sandbox_off
+from kerneljudge.options import default_sandbox_off
 
 
 @click.command("doctor")
@@ -31,7 +31,7 @@ def doctor_command(as_json: bool) -> None:
     table.add_column("layer")
     table.add_column("state")
     table.add_column("what it does, or why it is off", overflow="fold")
-    for name in SANDBOX_LAYERS + sandbox.JUDGE_SIDE:
+    for name in sandbox.LAYERS + sandbox.JUDGE_SIDE:
         on = name in layers.active
         table.add_row(name, Text("active" if on else "off", style="green" if on else "yellow"),
                       sandbox.DESCRIPTIONS[name] if on else layers.inactive.get(name, ""))

@@ -7,6 +7,12 @@ with stdout and stderr captured to a file whose tail is attached to error result
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
 or raises WorkerFailure carrying a finding that names what happened.
 
+The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
+files with its own folder and the build caches writable, limits, a pids cgroup, whichever this machine
+allows; when it ends the launcher kills every descendant it left, and `close` compares the judge's package
+and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
+candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).
+
 The worker never outlives the judge: leaving its context on an exception (an interrupt, SIGTERM turned
 into an exception, a judge error) kills its process group at once, and a judge killed outright takes the
 worker with it (the worker asks the kernel for SIGKILL when its parent dies, worker/__main__.py). The
@@ -64,6 +70,7 @@ class WorkerProcess:
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
         self.sandbox: sandbox.Layers | None = None  # the worker's sandbox layers (None: the referee)
         self.watch: sandbox.Watch | None = None
+        self.cgroup: sandbox.Cgroup | None = None
         self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
 
     def __enter__(self) -> "WorkerProcess":
@@ -104,15 +111,27 @@ class WorkerProcess:
         """The worker's command under the sandbox launcher, in the layers this machine allows; its private
         temporary folder is its own workdir; the package and the store are watched from now on."""
         options = self.options
+        sandbox.undumpable()
         self.sandbox = sandbox.detect(tuple(sorted(options.sandbox_off)))
-        self.watch = sandbox.Watch([sandbox.package_dir(), *options.watched])
-        env["TMPDIR"] = str(self.workdir)
-        for folder in options.writable:
+        if sandbox.CGROUP in self.sandbox.active:
+            self.cgroup = sandbox.Cgroup.create(options.max_processes)
+            if self.cgroup is None:
+                self.sandbox = sandbox.Layers(tuple(n for n in self.sandbox.active if n != sandbox.CGROUP),
+                                              {**self.sandbox.inactive, sandbox.CGROUP: "could not be made now"})
+        # the store only where the worker could write it (without the read-only view: another evaluation
+        # recording into the same store meanwhile looks the same, hence a warning, not a failure)
+        self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
+                                                            else ())])
+        builds = [options.cache_dir / "builds", options.cache_dir / "triton"] if options.cache_dir else []
+        # what torch, triton and CUDA would write under the (read-only) home goes to writable places instead
+        env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"))
+        env.setdefault("TRITON_CACHE_DIR", str(builds[1] if builds else self.workdir / "triton"))
+        for folder in (*builds, *options.writable):
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
-            command[:-1] + ["{parent}"], layers=self.sandbox.active, writable=[self.workdir, *options.writable],
+            command[:-1] + ["{parent}"], layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
             limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
-                                  options.max_open_files), judge_pid=os.getpid())
+                                  options.max_open_files), judge_pid=os.getpid(), cgroup=self.cgroup)
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
@@ -242,6 +261,9 @@ class WorkerProcess:
         """Processes the candidate started in the worker's session die with it (the launcher has reaped
         its descendants already; this is for what a killed launcher left behind)."""
         self._signal(os.killpg, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         if sys.platform.startswith("linux"):
             sandbox.kill_session(self.process.pid)
 

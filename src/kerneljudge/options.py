@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from kerneljudge.errors import KernelJudgeError, UsageError
+from kerneljudge.sandbox import LAYERS as SANDBOX_LAYERS  # the layers that can be turned off
 
 Protocol = Literal["strict", "kernelbench"]
 Interface = Literal["cli", "python", "mcp"]
@@ -35,9 +36,6 @@ ARGUMENT_NAMES: dict[str, dict[Interface, str]] = {
     "overrides": {"cli": "--set", "mcp": "sets"},
     "worker.timeout_s": {"cli": "--timeout"},
 }
-
-#: The sandbox layers that can be turned off (kerneljudge/sandbox/__init__.py describes them).
-SANDBOX_LAYERS = ("user", "mount", "dev", "pid", "net", "rlimits")
 
 #: Tolerances per output dtype (atol = rtol). fp32 as KernelBench (1e-4); half types 1e-2.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7}
@@ -150,24 +148,29 @@ class TimingOptions:
     compile_baseline: bool = True
 
 
+#: WorkerOptions fields holding paths (strings in JSON).
+PATH_LISTS = ("writable", "watched")
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """Isolation limits for the worker process that runs candidate code."""
 
     timeout_s: float = 300.0  # whole worker lifetime, build included (a cold CUDA build takes ~1 min)
     memory_limit_mb: int | None = None  # None: 75% of RAM on a CPU run; no address-space limit on GPUs
-    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits); default from
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup); default from
     # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
-    writable: tuple[Path, ...] = ()  # folders the worker may write besides its own (the build caches)
+    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable
+    writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own
     watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
-    max_processes: int = 1024  # tasks (threads too) the worker may add to its user's
+    max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
     max_file_mb: int = 16384  # largest file the worker may write
     max_open_files: int = 4096
 
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""
-        return (self.sandbox_off, self.writable, self.watched, self.max_processes, self.max_file_mb,
+        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.max_processes, self.max_file_mb,
                 self.max_open_files)
 
 
@@ -190,11 +193,10 @@ class Options:
     problems_root: Path | None = field(default_factory=default_problems_root)  # None: the built-in suite
 
     def worker_options(self) -> WorkerOptions:
-        """The worker's options with what the sandbox must know of this run: the build caches are
-        writable, the results store is watched."""
-        return dataclasses.replace(
-            self.worker, writable=(self.cache_dir / "builds", self.cache_dir / "triton", *self.worker.writable),
-            watched=tuple(self.worker.watched) + ((self.store_path,) if self.store_path else ()))
+        """The worker's options with what the sandbox must know of this run: the cache (its build sections
+        are writable), the results store (watched)."""
+        return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir), watched=tuple(self.worker.watched) + (
+            (Path(self.store_path),) if self.store_path else ()))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).
@@ -266,6 +268,8 @@ class Options:
         data["store_path"] = str(self.store_path) if self.store_path else None
         data["problems_root"] = str(self.problems_root) if self.problems_root else None
         data["overrides"] = [list(kv) for kv in self.overrides]
+        data["worker"].update({name: [str(p) for p in data["worker"][name]] for name in PATH_LISTS},
+                              cache_dir=str(self.worker.cache_dir) if self.worker.cache_dir else None)
         if not keep_seed:
             data["check"]["seed"] = None
         return data
@@ -276,7 +280,12 @@ class Options:
         return cls().replace(**{**data, "cache_dir": Path(data["cache_dir"]),
                                 "store_path": Path(data["store_path"]) if data["store_path"] else None,
                                 "problems_root": Path(data["problems_root"]) if data.get("problems_root") else None,
-                                "overrides": tuple(tuple(kv) for kv in data["overrides"])})
+                                "overrides": tuple(tuple(kv) for kv in data["overrides"]),
+                                "worker": {**data["worker"], "sandbox_off": tuple(data["worker"].get("sandbox_off", ())),
+                                           "cache_dir": Path(data["worker"]["cache_dir"])
+                                           if data["worker"].get("cache_dir") else None,
+                                           **{name: tuple(Path(p) for p in data["worker"].get(name, ()))
+                                              for name in PATH_LISTS}}})
 
 
 def _replaced(value, changes: dict, prefix: str):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import cache, devicelock, lint, protocol, suite
+from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
@@ -225,16 +225,21 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
 
 
 def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
-    """The worker's sandbox layers onto the result, and any file of the judge it changed as a failure
-    (the worker has ended: WorkerProcess.close compared the package and the store with their snapshot)."""
+    """The worker's sandbox layers onto the result, and the judge's files it changed (the worker has ended:
+    WorkerProcess.close compared the package and, without the read-only view, the store with their
+    snapshot): a changed package fails the candidate; a changed store is said (another evaluation may have
+    recorded into it meanwhile)."""
     if worker.sandbox is not None:
         run.sandbox = worker.sandbox.to_json()
-    if worker.breaches:
-        shown = ", ".join(worker.breaches[:5]) + (f" and {len(worker.breaches) - 5} more" if len(worker.breaches) > 5
-                                                  else "")
-        judging.findings.append(Finding.of("sandbox-breach", f"the candidate's process changed files of the judge: "
-                                           f"{shown} (planted bytecode was removed)", stage="worker",
-                                           files=worker.breaches[:50]))
+    package = str(sandbox.package_dir())
+    ours = [path for path in worker.breaches if path.startswith(package + os.sep)]
+    store = [path for path in worker.breaches if path not in ours]
+    for code, files, what in (("sandbox-breach", ours, "changed files of the judge's package"),
+                              ("store-changed", store, "ran while the results store changed")):
+        if files:
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+            judging.findings.append(Finding.of(code, f"the candidate's process {what}: {shown}", stage="worker",
+                                               files=files[:50]))
 
 
 def _ping(judging: Judging, process: WorkerProcess) -> dict:

@@ -11,12 +11,15 @@ Layers set up by the launcher (sandbox/launch.py), each dropped where the system
     pid      a PID namespace with its own /proc: everything the worker starts dies with it
     net      a network namespace: no network, not even loopback
     rlimits  CPU time, file size, open files and processes (the address space on CPU runs: proc/machine.py)
+    cgroup   a pids cgroup made by the judge: caps the worker's tasks (root too), all killed at the end
 
 and, wherever the worker runs on Linux (they need no permission): `reaper` (the launcher is a child
 subreaper, and kills every descendant left when the worker ends, scanning /proc until none remains; the
 judge also kills what is left in the worker's session), `watch` (after the worker, the judge's package and
 the results store are compared with a snapshot taken before it started) and `bytecode` (workers write no
-bytecode, and the judge imports every module it needs before the first worker: judgeimports.py).
+bytecode, and the judge imports every module it needs before the first worker: judgeimports.py) and
+`undumpable` (the judge and the referee forbid other processes of their user to read or write their memory
+through /proc or ptrace: without a PID namespace the worker could otherwise reach them).
 """
 
 from __future__ import annotations
@@ -29,21 +32,29 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kerneljudge
+from kerneljudge.sandbox import linux
+
 LAUNCHED = ("user", "mount", "dev", "pid", "net", "rlimits")
-JUDGE_SIDE = ("reaper", "watch", "bytecode")
+CGROUP = "cgroup"  # made by the judge, joined by the launcher
+LAYERS = LAUNCHED + (CGROUP,)  # the layers that can be turned off (WorkerOptions.sandbox_off)
+JUDGE_SIDE = ("reaper", "watch", "bytecode", "undumpable")
 DESCRIPTIONS = {
     "user": "user namespace: the worker holds no capability and cannot create namespaces",
     "mount": "read-only view of every file system but the worker's folder and the build caches",
     "dev": "private /dev: no disks or other hardware, NVIDIA devices kept; private /dev/shm",
     "pid": "PID namespace and its own /proc: all the worker starts dies with it; no other process visible",
     "net": "network namespace: no network, not even loopback",
-    "rlimits": "limits on CPU time, file size, open files and processes",
+    "rlimits": "limits on CPU time, file size, open files and processes (the process limit binds no root user)",
+    "cgroup": "a pids cgroup: a cap on the worker's tasks, and every task in it is killed at the end",
     "reaper": "every descendant left at the end is killed (subreaper, /proc scans of children and session)",
     "watch": "the judge's package and the results store are checked for changes after the worker",
     "bytecode": "workers write no bytecode; the judge imported all its modules before the first worker",
+    "undumpable": "the judge's and the referee's memory cannot be read or written by the worker's user (/proc, ptrace)",
 }
 PROBE_TIMEOUT_S = 60
 SESSION_SCANS = 50  # the judge's own scans for processes left in the worker's session
@@ -65,7 +76,7 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
     """The layers this machine allows, minus `off` (WorkerOptions.sandbox_off): probed once per process by
     running the launcher with everything asked, dropping the layer it names as failing, until it starts."""
     if not sys.platform.startswith("linux"):
-        return Layers((), {name: "not Linux" for name in LAUNCHED + JUDGE_SIDE})
+        return Layers((), {name: "not Linux" for name in LAYERS + JUDGE_SIDE})
     inactive = {name: "turned off (sandbox_off)" for name in LAUNCHED if name in off}
     wanted = [name for name in LAUNCHED if name not in off]
     probe_dir = tempfile.mkdtemp(prefix="kj-sandbox-probe-")
@@ -82,6 +93,14 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
             inactive[failed] = reason
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
+    group = None if CGROUP in off else Cgroup.create(16)
+    if CGROUP in off:
+        inactive[CGROUP] = "turned off (sandbox_off)"
+    elif group is None:
+        inactive[CGROUP] = "no writable pids cgroup (cgroup v1 pids hierarchy, or v2 with pids delegated)"
+    else:
+        group.remove()
+        wanted.append(CGROUP)
     if "user" not in wanted and os.getuid() != 0:
         for name in [n for n in wanted if n in ("mount", "dev", "pid", "net")]:
             wanted.remove(name)
@@ -125,33 +144,37 @@ def limits(timeout_s: float, max_file_mb: int, max_processes: int, max_open_file
             "open_files": max_open_files, "processes": max_processes}
 
 
-def launch_command(command: list[str], *, layers, writable, limits: dict, judge_pid: int) -> list[str]:
+def launch_command(command: list[str], *, layers, writable, limits: dict, judge_pid: int,
+                   cgroup: "Cgroup | None" = None) -> list[str]:
     """COMMAND run by the launcher in `layers` (its "{parent}" word becomes the pid of the worker's parent
-    as the worker sees it)."""
+    as the worker sees it), in `cgroup` when given."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
-              "limits": limits, "judge_pid": judge_pid}
+              "limits": limits, "judge_pid": judge_pid, "cgroup": str(cgroup.path) if cgroup else None}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), "--", *command]
 
 
 def launcher_env(env: dict) -> dict:
     """The worker's environment: the judge's package first on the path, no bytecode written."""
-    import kerneljudge
-
     package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
-def package_dir() -> Path:
-    import kerneljudge
+def undumpable() -> None:
+    """This process's memory out of reach of the other processes of its user (PR_SET_DUMPABLE 0)."""
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
 
+
+def package_dir() -> Path:
     return Path(kerneljudge.__file__).resolve().parent
 
 
 class Watch:
     """A snapshot of files the worker must not change (the judge's package, the results store): size,
-    time and inode of each, compared after the worker; bytecode planted in the package is removed."""
+    time and inode of each, compared after the worker; bytecode planted in the package is removed.
+    Bytecode that another Python process wrote meanwhile is no breach when it is exactly what compiling
+    its source gives (`honest_bytecode`)."""
 
     def __init__(self, roots: list[Path]):
         self.roots = [Path(r) for r in roots]
@@ -173,11 +196,114 @@ class Watch:
     def changes(self) -> list[str]:
         """The files added, changed or removed since the snapshot; planted bytecode is deleted."""
         after = self._scan()
-        changed = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p))
+        changed = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p)
+                         and not (p in after and p.endswith(".pyc") and honest_bytecode(Path(p))))
         for path in changed:
-            if path.endswith(".pyc") and path not in self.before:
+            if path.endswith(".pyc"):
                 Path(path).unlink(missing_ok=True)
         return changed
+
+
+def honest_bytecode(pyc: Path) -> bool:
+    """`pyc` holds exactly what Python writes for its source as it is now (time, size and code)."""
+    import importlib.util
+    import marshal
+
+    source = pyc.parent.parent / (pyc.name.split(".", 1)[0] + ".py")
+    try:
+        if importlib.util.cache_from_source(str(source)) != str(pyc):
+            return False
+        data, stat, written = source.read_bytes(), source.stat(), pyc.read_bytes()
+        code = compile(data, str(source), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError, NotImplementedError):
+        return False
+    header = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(
+        4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+    return written[:16] == header and written[16:] == marshal.dumps(code)
+
+
+class Cgroup:
+    """A pids cgroup for one worker, made by the judge: the launcher joins it before anything else, so every
+    process the worker starts is in it, capped at `pids.max` tasks (this binds root too, unlike
+    RLIMIT_NPROC), and found at the end however it detached. The worker's read-only view covers /sys, so it
+    cannot move itself out."""
+
+    KILL_ROUNDS = 100
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, max_tasks: int) -> "Cgroup | None":
+        """A new cgroup under this process's own in the pids hierarchy, or None where none can be made."""
+        base = cls._base()
+        if base is None:
+            return None
+        path = base / f"kerneljudge-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(max_tasks))
+        except OSError:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+            return None
+        return cls(path)
+
+    @staticmethod
+    def _base() -> Path | None:
+        """This process's cgroup in a pids hierarchy: cgroup v1's pids controller, else v2 with pids enabled
+        for its children."""
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                folder = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+                if folder.is_dir():
+                    return folder
+        for line in lines:
+            if line.startswith("0::"):
+                folder = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+                try:
+                    if "pids" in (folder / "cgroup.subtree_control").read_text().split():
+                        return folder
+                except OSError:
+                    return None
+        return None
+
+    def tasks(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup, round after round, until it is empty."""
+        for _ in range(self.KILL_ROUNDS):
+            found = self.tasks()
+            if not found:
+                return
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for _ in range(self.KILL_ROUNDS):  # a killed task leaves the cgroup when it is reaped
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
 
 
 def kill_session(session_id: int) -> None:

@@ -43,6 +43,11 @@ def main(argv: list[str]) -> None:
     command = argv[argv.index("--") + 1:]
     layers = set(config["layers"])
     _tie_to(config["judge_pid"])
+    if config.get("cgroup"):  # first: every process started from here on is in it
+        try:
+            _write(os.path.join(config["cgroup"], "cgroup.procs"), str(os.getpid()))
+        except OSError as exc:
+            _fail(LayerFailed("cgroup", str(exc)))
     try:
         tasks_before = _count_tasks(os.getuid())
         _namespaces(layers)
@@ -176,15 +181,33 @@ def _read_only_view(writable: list[str]) -> None:
     """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
     then the writable folders bound read-write at their own paths (the worker's folder, the build caches)."""
     for point, options in _mounts():
-        if any(point == skip or point.startswith(skip + "/") for skip in SKIPPED_MOUNTS) or "ro" in options:
+        if _skipped(point) or "ro" in options:
             continue
-        linux.mount(None, point, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _flags(options))
+        try:
+            linux.mount(None, point, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _flags(options))
+        except OSError:  # a mount hidden under a later one cannot be reached; the check below sees the rest
+            pass
+    for point, _ in _mounts():
+        if not _skipped(point) and not _read_only(point):
+            raise OSError(f"{point} stayed writable")
     for folder in writable:
         if not os.path.isdir(folder):
             continue
         linux.mount(folder, folder, None, linux.MS_BIND | linux.MS_REC)
         options = next(o for p, o in reversed(_mounts()) if p == folder)
         linux.mount(None, folder, None, linux.MS_REMOUNT | linux.MS_BIND | _flags(options))
+
+
+def _skipped(point: str) -> bool:
+    return any(point == skip or point.startswith(skip + "/") for skip in SKIPPED_MOUNTS)
+
+
+def _read_only(point: str) -> bool:
+    """The mount seen at `point` is read-only (or out of reach: nothing there to write)."""
+    try:
+        return bool(os.statvfs(point).f_flag & os.ST_RDONLY)
+    except OSError:
+        return True
 
 
 def _private_dev() -> None:

@@ -51,7 +51,7 @@ COMPILE_CACHE_FACTOR = 2.0
 COMPILE_EAGER_FACTOR = 20.0
 # A cached copy bandwidth is used while it is within this factor of a short measurement made in this run,
 # both ways (an entry of 0.001 GB/s or 1e9 GB/s, written by anything but the judge, is measured again).
-BANDWIDTH_CACHE_FACTOR = 1.5
+BANDWIDTH_CACHE_FACTOR = 2.0
 CACHEABLE_REL_SEM = 0.02  # a baseline noisier than this is not cached
 
 
