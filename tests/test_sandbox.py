@@ -26,7 +26,7 @@ from kerneljudge import cache, judgeimports, report, sandbox
 from kerneljudge.errors import UsageError
 from kerneljudge.pipeline import evaluate
 
-BOX = CANDIDATES / "sandbox"
+ATTACKS = CANDIDATES / "sandbox" / "attacks.py"
 GOOD = CANDIDATES / "isolation" / "good.py"
 HERE = sandbox.detect()
 SCANS = 100  # /proc scans (0.05 s apart) for a process to be gone: a fixed count, not a time assumption
@@ -39,16 +39,20 @@ def needs(*layers: str):
 
 
 @pytest.fixture
-def out(tmp_path, monkeypatch) -> Path:
-    """The folder where the candidate writes what its attack achieved (writable for it)."""
-    folder = tmp_path / "out"
-    folder.mkdir()
-    monkeypatch.setenv("KJ_TEST_OUT", str(folder))
-    return folder
+def attack(fast, tmp_path, monkeypatch):
+    """run(NAME, options, **worker): a real evaluation of attacks.py making attack NAME, with the layers
+    here (less `sandbox_off`); returns the result and the lines the candidate wrote about its outcome."""
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("KJ_TEST_OUT", str(out))
 
+    def run(name: str, options=None, **worker):
+        monkeypatch.setenv("KJ_TEST_ATTACK", name)
+        result = evaluate(SEED, ATTACKS, (options or fast).replace(worker={"writable": (out,), **worker}))
+        said = out / name
+        return result, said.read_text().split() if said.exists() else []
 
-def judge(options, name: str, out: Path, **worker):
-    return evaluate(SEED, BOX / f"{name}.py", options.replace(worker={"writable": (out,), **worker}))
+    return run
 
 
 def running(pid: int) -> bool:
@@ -126,18 +130,18 @@ def _plant_paths() -> tuple[Path, Path]:
 
 
 @needs("mount")
-def test_the_package_is_read_only_for_the_worker(fast, out):
-    result = judge(fast, "plant_bytecode", out)
-    assert (out / "plant").read_text() == "blocked 30"  # EROFS: the view is read-only
+def test_the_package_is_read_only_for_the_worker(attack):
+    result, said = attack("plant")
+    assert said == ["blocked", "30"] * 2  # EROFS: the view is read-only
     assert result.verdict == "pass" and "sandbox-breach" not in codes(result)
     assert not any(p.exists() for p in _plant_paths())
 
 
-def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(fast, out):
+def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(attack):
     pyc, text = _plant_paths()
     try:
-        result = judge(fast, "plant_bytecode", out, sandbox_off=("mount",))
-        assert (out / "plant").read_text() == "planted"  # the control: the attack itself works
+        result, said = attack("plant", sandbox_off=("mount",))
+        assert said == ["written", "written"]  # the control: the attack itself works
         assert result.verdict == "fail" and "sandbox-breach" in codes(result)
         breach = next(f for f in result.findings if f.code == "sandbox-breach")
         assert str(pyc) in breach.details["files"] and str(text) in breach.details["files"]
@@ -179,29 +183,28 @@ print(json.dumps({{"verdict": result.verdict, "late": late, "control": control}}
 # --- 4. trusted state: the store and the caches ------------------------------------------------------------
 
 
-def _store_attack(fast, out, tmp_path, monkeypatch, **worker):
+def _store_attack(attack, fast, tmp_path, monkeypatch, **worker):
     store, cache_dir = tmp_path / "results.sqlite", tmp_path / "cache"
     store.write_bytes(b"")  # exists before the worker starts, as a store that recorded earlier runs
     monkeypatch.setenv("KJ_TEST_STORE", str(store))
     monkeypatch.setenv("KJ_TEST_CACHE", str(cache_dir))
-    options = fast.replace(store_path=store, cache_dir=cache_dir)
-    return judge(options, "write_store", out, **worker), (out / "store").read_text().splitlines()
+    return attack("store", fast.replace(store_path=store, cache_dir=cache_dir), **worker)
 
 
 @needs("mount")
-def test_the_store_and_the_caches_are_read_only_for_the_worker(fast, out, tmp_path, monkeypatch):
-    result, (store, cache_entry) = _store_attack(fast, out, tmp_path, monkeypatch)
-    assert store == "blocked 30" and cache_entry == "blocked 30"
+def test_the_store_and_the_caches_are_read_only_for_the_worker(attack, fast, tmp_path, monkeypatch):
+    result, said = _store_attack(attack, fast, tmp_path, monkeypatch)
+    assert said == ["blocked", "30"] * 2
     assert result.verdict == "pass" and "sandbox-breach" not in codes(result)
     assert not (tmp_path / "cache" / "bandwidth" / "planted.json").exists()
 
 
-def test_without_the_read_only_view_a_changed_store_is_said(fast, out, tmp_path, monkeypatch):
+def test_without_the_read_only_view_a_changed_store_is_said(attack, fast, tmp_path, monkeypatch):
     """The fallback can only tell: the store changed while the worker ran (another evaluation recording
     into it looks the same, so it is a warning); the cached figure the candidate planted is range-checked
     before any use (test_a_cached_bandwidth_out_of_range_is_measured_again)."""
-    result, (store, cache_entry) = _store_attack(fast, out, tmp_path, monkeypatch, sandbox_off=("mount",))
-    assert store == "written" and cache_entry == "written"  # the control: the attack itself works
+    result, said = _store_attack(attack, fast, tmp_path, monkeypatch, sandbox_off=("mount",))
+    assert said == ["written", "written"]  # the control: the attack itself works
     changed = next(f for f in result.findings if f.code == "store-changed")
     assert changed.severity == "warn" and str(tmp_path / "results.sqlite") in changed.details["files"]
 
@@ -253,56 +256,31 @@ def test_a_cached_bandwidth_is_used_only_near_this_runs_short_measurement(fast, 
     assert cache.load(tmp_path, "bandwidth", "dev")["gbps"] == used
 
 
-@pytest.mark.parametrize("planted_ratio, trusted", [(250.0, False), (1 / 250, False), (8.0, True)])
-def test_a_cached_compile_time_far_from_this_runs_eager_time_is_measured_again(fast, tmp_path, monkeypatch,
-                                                                                planted_ratio, trusted):
-    """A planted compile time `planted_ratio` times this run's eager time, beside an eager time equal to this
-    run's (so the eager check alone passes): beyond COMPILE_EAGER_FACTOR it is measured again. (The timing
-    itself is a stand-in: this is the decision.)"""
-    from kerneljudge import timing
-    from kerneljudge.stages import measure
-    from kerneljudge.stages.context import Judging
-
-    eager_ms, compiled_ms = 4.0, 3.0
-    measured: list[str] = []
-
-    def fake_measure(j, process, model, stop, clock_ms, check=False):
-        measured.append(model)
-        ms = eager_ms if model == "eager" else compiled_ms
-        return timing.Measurement((ms,) * 20, timing.Stats.from_samples([ms] * 20), "min-runs", 3, 20 * ms), None, 0, None
-
-    monkeypatch.setattr(measure, "_measure", fake_measure)
-    options = fast.replace(cache_dir=tmp_path, timing={"enabled": True, "baselines": True, "compile_baseline": True})
-    cache.save(tmp_path, "baselines", "p", {"compile": {"median_ms": eager_ms * planted_ratio},
-                                            "eager_median_ms": eager_ms})
-    stop = timing.StopRule(min_runs=20, max_runs=20, min_time_ms=0.0, budget_ms=1e7, target_rel_sem=0.0)
-    found, cached = measure._baselines(Judging(options, None, None, "cpu"), stop, lambda: 0.0, "p")
-    assert (cached == ["compile"]) is trusted
-    assert found["compile"]["median_ms"] == (eager_ms * planted_ratio if trusted else compiled_ms)
+# (a planted torch.compile time far from this run's eager time: tests/test_mutation_kills.py)
 
 
 # --- 2. nothing outlives the evaluation ---------------------------------------------------------------------
 
 
 @needs("pid")
-def test_nothing_the_candidate_started_outlives_its_evaluation(fast, out, monkeypatch):
+def test_nothing_the_candidate_started_outlives_its_evaluation(attack, monkeypatch):
     token = f"kj-escape-{secrets.token_hex(6)}"
     monkeypatch.setenv("KJ_TEST_TOKEN", token)
-    result = judge(fast, "escape", out)
+    result, pids = attack("escape")
     assert result.verdict == "pass"
-    assert len((out / "pids").read_text().split()) == 2  # both sleepers ran (the escape happened)
+    assert len(pids) == 2  # both sleepers ran (the escape happened)
     assert gone(lambda: with_token(token)) == [], "a process the candidate started outlived the evaluation"
 
 
-def test_without_pid_namespace_and_cgroup_the_reaper_kills_every_descendant(fast, out, monkeypatch):
+def test_without_pid_namespace_and_cgroup_the_reaper_kills_every_descendant(attack, monkeypatch):
     """The fallback: host pids in the pid file; the launcher, a child subreaper, kills the setsid'd
     grandchild and the child that ignores SIGTERM when the worker ends."""
     token = f"kj-escape-{secrets.token_hex(6)}"
     monkeypatch.setenv("KJ_TEST_TOKEN", token)
-    result = judge(fast, "escape", out, sandbox_off=("pid", "cgroup"))
+    result, said = attack("escape", sandbox_off=("pid", "cgroup"))
     assert result.verdict == "pass"
     assert result.sandbox["inactive"]["pid"] == "turned off (sandbox_off)"
-    pids = [int(p) for p in (out / "pids").read_text().split()]
+    pids = [int(p) for p in said]
     assert len(pids) == 2 and all(p > 1 for p in pids)
     assert gone(lambda: [p for p in pids if running(p)]) == []
     assert gone(lambda: with_token(token)) == []
@@ -320,22 +298,22 @@ def _listener() -> socket.socket:
 
 
 @needs("net")
-def test_the_worker_has_no_network(fast, out, monkeypatch):
+def test_the_worker_has_no_network(attack, monkeypatch):
     with _listener() as server:
         monkeypatch.setenv("KJ_TEST_PORT", str(server.getsockname()[1]))
-        result = judge(fast, "network", out)
+        result, said = attack("network")
     assert result.verdict == "pass"
-    assert (out / "net").read_text() == "blocked 101"  # ENETUNREACH: no interface is up
+    assert said == ["blocked", "101"]  # ENETUNREACH: no interface is up
 
 
-def test_without_the_network_layer_the_same_connection_goes_through(fast, out, monkeypatch):
+def test_without_the_network_layer_the_same_connection_goes_through(attack, monkeypatch):
     with _listener() as server:
         monkeypatch.setenv("KJ_TEST_PORT", str(server.getsockname()[1]))
-        result = judge(fast, "network", out, sandbox_off=("net",))
+        result, said = attack("network", sandbox_off=("net",))
         conn, _ = server.accept()
         with conn:
             assert conn.recv(64) == b"kj-exfiltrated"
-    assert (out / "net").read_text() == "connected" and result.verdict == "pass"
+    assert said == ["connected"] and result.verdict == "pass"
 
 
 # --- resource limits ---------------------------------------------------------------------------------------
@@ -345,11 +323,11 @@ BOUNDED = "cgroup" in HERE.active or ("rlimits" in HERE.active and os.getuid() !
 
 
 @pytest.mark.skipif(not BOUNDED, reason="no pids cgroup here, and RLIMIT_NPROC does not bind root")
-def test_a_fork_bomb_is_bounded_and_its_processes_die(fast, out):
+def test_a_fork_bomb_is_bounded_and_its_processes_die(attack):
     """The cap stops the bomb far from the 2000 forks it tries; the evaluation ends (the worker, left without
     a task to spare, may fail its next step, but is never left to the timeout); nothing of it remains."""
-    result = judge(fast, "fork_bomb", out, max_processes=48)
-    forks = int((out / "forks").read_text())
+    result, said = attack("bomb", max_processes=48)
+    forks = int(said[0])
     assert 0 < forks < 48
     assert "timeout" not in codes(result)
     if "cgroup" in result.sandbox["active"]:

@@ -239,6 +239,7 @@ class Cgroup:
         base = cls._base()
         if base is None:
             return None
+        cls._remove_stale(base)
         path = base / f"kerneljudge-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             path.mkdir()
@@ -250,6 +251,20 @@ class Cgroup:
                 pass
             return None
         return cls(path)
+
+    @staticmethod
+    def _remove_stale(base: Path) -> None:
+        """The empty cgroups of judges that died without removing theirs (a judge killed outright)."""
+        for folder in base.glob("kerneljudge-*-*"):
+            try:
+                os.kill(int(folder.name.split("-")[1]), 0)
+            except ProcessLookupError:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+            except (ValueError, PermissionError):
+                pass
 
     @staticmethod
     def _base() -> Path | None:
@@ -284,14 +299,8 @@ class Cgroup:
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroup, round after round, until it is empty."""
         for _ in range(self.KILL_ROUNDS):
-            found = self.tasks()
-            if not found:
+            if not _kill_all(self.tasks()):
                 return
-            for pid in found:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             time.sleep(0.01)
 
     def remove(self) -> None:
@@ -319,10 +328,15 @@ def kill_session(session_id: int) -> None:
                     continue
                 if fields[0] not in ("Z", "X") and int(fields[3]) == session_id:
                     found.append(int(entry))
-        if not found:
+        if not _kill_all(found):
             return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+
+
+def _kill_all(pids: list[int]) -> bool:
+    """SIGKILL each of `pids`; whether there were any."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return bool(pids)
