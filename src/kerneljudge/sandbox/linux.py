@@ -26,11 +26,14 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
 
-_libc = ctypes.CDLL(None, use_errno=True)
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+except (OSError, TypeError):  # no C library to open this way (not a POSIX system): every call fails
+    _libc = None
 
 
 def _check(result: int, what: str) -> None:
-    if result != 0:
+    if result != 0:  # (on a system without _libc the calls raise AttributeError before getting here)
         errno = ctypes.get_errno()
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
