@@ -358,19 +358,13 @@ def test_random_noise_above_tolerance(fast):
 @pytest.mark.parametrize("bandwidth_gbps,impossible", [(1e-6, True), (1e6, False)])
 def test_impossible_speed_floor(fast, tmp_path, bandwidth_gbps, impossible):
     """At an absurdly low bandwidth the floor is hours: any real time is under half of it. At an absurdly
-    high one it is nothing. The floor's bytes come from the referee: x read once, y written once. (Such
-    figures are never taken from the cache: a referee that measures them stands in for the real one.)"""
-    from kerneljudge import cache
+    high one it is nothing. The floor's bytes come from the referee: x read once, y written once. (Such a
+    bandwidth in the cache is measured again: tests/test_sandbox.py.)"""
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging
 
-    class Referee:
-        def call(self, request):
-            return {"gbps": bandwidth_gbps}
-
-    judging = Judging(fast.replace(cache_dir=tmp_path), None, Referee(), "cpu", info={"moved_bytes": 2 * 64 * 256 * 4})
-    cache.save(tmp_path, "bandwidth", "this-device", {"gbps": bandwidth_gbps})
-    floor = measure._floor(judging, "this-device", 0.05)
+    judging = Judging(fast.replace(cache_dir=tmp_path), None, None, "cpu", info={"moved_bytes": 2 * 64 * 256 * 4})
+    floor = measure._floor(judging, bandwidth_gbps, "measured", 0.05)
     assert ("impossible-speed" in {f.code for f in judging.findings}) is impossible
     assert (0.05 < measure.IMPOSSIBLE_FRACTION * floor["floor_ms"]) is impossible
 

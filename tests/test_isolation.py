@@ -30,6 +30,9 @@ from kerneljudge.options import WorkerOptions
 from kerneljudge.pipeline import evaluate
 
 ISO = CANDIDATES / "isolation"
+#: Host pids written to a file outside the worker's folder: the fallback's containment, without the PID
+#: namespace and the read-only view (tests/test_sandbox.py covers those).
+FALLBACK = {"KERNELJUDGE_SANDBOX_OFF": "mount,pid"}
 CPP = ISO / "cpp_ext.py"
 BROKEN = ISO / "cpp_broken.py"
 
@@ -95,7 +98,9 @@ def test_sigabrt_is_a_worker_crash_naming_sigabrt(fast):
 def test_os_exit_names_the_exit_code_and_the_candidates_children_die(fast, tmp_path, monkeypatch):
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("KJ_TEST_PIDFILE", str(pidfile))  # the worker inherits the judge's environment
-    result = judge(fast, "os_exit")
+    # host pids and a file outside the worker's folder: without the PID namespace and the read-only view
+    # (the fallback's process-group kill and reaper; test_sandbox.py checks the namespace)
+    result = judge(fast, "os_exit", sandbox_off=("mount", "pid"))
     assert result.verdict == "error"
     exit_finding = only(result, "candidate-exit")
     assert "code 7" in exit_finding["message"] and exit_finding["details"]["exit_code"] == 7
@@ -150,7 +155,7 @@ def test_hang_is_stopped_at_the_timeout_with_its_whole_process_group(kj, tmp_pat
     timeout = 8
     started = time.monotonic()
     rc, out, _ = kj("eval", SEED, str(ISO / "hang.py"), "--device", "cpu", "--json", "--no-timing", "--no-store",
-                    "--timeout", str(timeout), env={"KJ_TEST_PIDFILE": str(pidfile)}, timeout=120)
+                    "--timeout", str(timeout), env={"KJ_TEST_PIDFILE": str(pidfile), **FALLBACK}, timeout=120)
     wall = time.monotonic() - started
     result = parse_json(out)
     assert rc == 2 and result["verdict"] == "error"

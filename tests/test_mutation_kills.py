@@ -178,18 +178,21 @@ def test_timed_outputs_are_checked_beyond_the_guaranteed_positions(fast, offset_
 # --- the torch.compile baseline's cache ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ratio, trusted", [(1.0, True), (1.9, True), (1 / 1.9, True), (2.1, False),
-                                            (1 / 2.1, False), (14.0, False)])
+@pytest.mark.parametrize("ratio, planted_ms, trusted", [(1.0, 0.5, True), (1.9, 0.5, True), (1 / 1.9, 0.5, True),
+                                                        (2.1, 0.5, False), (1 / 2.1, 0.5, False), (14.0, 0.5, False),
+                                                        (1.0, 4.0 * 250, False), (1.0, 4.0 / 250, False)])
 def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fast, tmp_path, monkeypatch, ratio,
-                                                                             trusted):
+                                                                             planted_ms, trusted):
     """A planted cache entry whose eager time is `ratio` times this run's: within COMPILE_CACHE_FACTOR (2)
     both ways its compile time is used, beyond it torch.compile is measured again. The measurements are
-    stand-ins (this is the decision, not the timing): eager takes 4 ms, a fresh compile 3 ms."""
+    stand-ins (this is the decision, not the timing): eager takes 4 ms, a fresh compile 3 ms. The planted
+    compile time must itself be within COMPILE_EAGER_FACTOR (20) of this run's eager time: one 250x off
+    (a baseline inflated to flatter a candidate, issue 13) is measured again even beside an agreeing eager."""
     from kerneljudge import cache, timing
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging
 
-    eager_ms, compiled_ms, planted_ms = 4.0, 3.0, 0.001
+    eager_ms, compiled_ms = 4.0, 3.0
     measured: list[str] = []
 
     def fake_measure(j, process, model, stop, clock_ms, check=False):

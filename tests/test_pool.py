@@ -9,21 +9,26 @@ from kerneljudge.isolation import REFEREE, WORKER, WorkerPool
 
 
 def test_pool_hands_out_fresh_pre_started_workers(fast):
+    options = fast.worker_options()  # what an evaluation asks for (its sandbox's writable caches)
     with WorkerPool() as pool:
-        first = pool.take(fast.worker)
+        first = pool.take(options)
         assert first.process is None and not pool.ready[WORKER]  # nothing was waiting: started on use
-        pool.fill()  # what an evaluation does when it ends
+        pool.fill(options)  # what an evaluation does when it ends
         spare, referee = pool.ready[WORKER][0], pool.ready[REFEREE][0]
         assert spare.process is not None and spare.process.poll() is None  # started ahead, alive
         assert referee.module == REFEREE and referee.process.poll() is None  # a referee is kept ready too
-        second = pool.take(fast.worker)
+        second = pool.take(options)
         assert second is spare and not pool.ready[WORKER]  # handed out; no new one during the evaluation
-        with pool.take(fast.worker, REFEREE) as taken:
+        with pool.take(options, REFEREE) as taken:
             assert taken is referee
-        pool.fill()
+        pool.fill(options)
         third = pool.ready[WORKER][0]
         assert third is not spare
     assert third.process.poll() is not None or third.process.wait(timeout=10) is not None  # closed with the pool
+    with WorkerPool() as pool:  # a spare started for another sandbox (writable caches, layers) is not used
+        pool.fill(options)
+        other = pool.take(fast.replace(cache_dir=fast.cache_dir / "other").worker_options())
+        assert other.process is None and not pool.ready[WORKER]
     with first, second:
         assert first.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"
         assert second.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"

@@ -28,7 +28,8 @@ def start_server(socket_path: Path, log_path: Path, cwd: Path) -> subprocess.Pop
         server = subprocess.Popen([sys.executable, "-m", "kerneljudge", "serve", "--socket", str(socket_path)],
                                   stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                   env={**os.environ, "TMPDIR": str(cwd / "tmp"),
-                                       "KJ_TEST_PIDFILE": str(cwd / "hang.pids")})  # hang.py says it spins
+                                       "KJ_TEST_PIDFILE": str(cwd / "hang.pids"),  # hang.py says it spins
+                                       "KERNELJUDGE_SANDBOX_OFF": "mount"})  # ... in a file outside its folder
     deadline = time.monotonic() + 60
     while daemon.server_status(socket_path) is None:
         assert server.poll() is None, log_path.read_text()
@@ -142,7 +143,8 @@ def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
             client.shutdown(socket.SHUT_WR)
             client.recv(1024)
     assert daemon.server_status(socket_path)["evaluations"] == 0  # still serving
-    env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite")}
+    env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite"),
+           "KERNELJUDGE_SANDBOX_OFF": "mount"}  # the client's options: hang.py writes outside its folder
     slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
                              "--device", "cpu", "--timeout", "10", "--json"], env=env, stdout=subprocess.PIPE, text=True)
     spinning, deadline = folder / "hang.pids", time.monotonic() + 60

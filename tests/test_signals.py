@@ -41,6 +41,7 @@ def start_hanging_evaluation(cache_dir, tmp_path) -> tuple[subprocess.Popen, int
     """The CLI judging hang.py, once its forward spins: (judge, worker pid, candidate's child pid)."""
     pidfile = tmp_path / "pids"
     env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir), "KJ_TEST_PIDFILE": str(pidfile),
+           "KERNELJUDGE_SANDBOX_OFF": "mount,pid",  # host pids, in a file outside the worker's folder
            "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
     judge = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(HANG), "--device", "cpu",
                               "--no-store", "--timeout", "300"], env=env, stdout=subprocess.PIPE,
@@ -51,7 +52,8 @@ def start_hanging_evaluation(cache_dir, tmp_path) -> tuple[subprocess.Popen, int
         assert time.monotonic() < deadline, "the candidate never started"
         time.sleep(0.1)
     worker, child = map(int, pidfile.read_text().split())
-    assert worker in {p.pid for p in psutil.Process(judge.pid).children()}, "the worker is the judge's child"
+    assert worker in {p.pid for p in psutil.Process(judge.pid).children(recursive=True)}, \
+        "the worker is the judge's descendant (under the sandbox launcher)"
     return judge, worker, child
 
 

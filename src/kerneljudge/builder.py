@@ -44,7 +44,7 @@ def build_one(path: Path, options: Options, device: str,
     except CandidateError as exc:
         return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
     try:
-        with spawn(options.worker) as worker:
+        with spawn(options.worker_options()) as worker:
             hello = worker.call(protocol.Ping(device))
             if hello.get("usage_error"):
                 return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["usage_error"],

@@ -163,6 +163,14 @@ def _specs() -> dict[str, Spec]:
         Spec("timing-lock-wait", "info", "Timing waited for another evaluation timing on the same device",
              "Nothing to fix: timings on one device take turns so they do not slow each other down; the wait "
              "is not in any figure."),
+        # issue 13: sandbox
+        Spec("sandbox-breach", "fail", "The candidate's process changed files of the judge's package",
+             "Write only in the worker's own folder (the current directory, $TMPDIR): the judge's package and its "
+             "results store are not the candidate's to change.", catalog_row=26),
+        Spec("store-changed", "warn", "The results store changed while the candidate's process ran",
+             "Nothing to fix if another evaluation recorded into the same store meanwhile; else the candidate "
+             "wrote it (possible only without the sandbox's read-only view: see `kerneljudge doctor`).",
+             catalog_row=27),
         Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
              "Its details are withheld; fix the findings of the open run first."),
         # issue 18: reports (records imported from KernelBench's eval_results.json)

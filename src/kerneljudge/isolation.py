@@ -7,6 +7,12 @@ with stdout and stderr captured to a file whose tail is attached to error result
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
 or raises WorkerFailure carrying a finding that names what happened.
 
+The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
+files with its own folder and the build caches writable, limits, a pids cgroup, whichever this machine
+allows; when it ends the launcher kills every descendant it left, and `close` compares the judge's package
+and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
+candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).
+
 The worker never outlives the judge: leaving its context on an exception (an interrupt, SIGTERM turned
 into an exception, a judge error) kills its process group at once, and a judge killed outright takes the
 worker with it (the worker asks the kernel for SIGKILL when its parent dies, worker/__main__.py). The
@@ -29,12 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-import kerneljudge
-from kerneljudge import channel, protocol
-from kerneljudge.options import WorkerOptions
+from kerneljudge import channel, judgeimports, protocol, sandbox
+from kerneljudge.options import Options, WorkerOptions
+from kerneljudge.sandbox.launch import SETUP_FAILED
 from kerneljudge.records import Finding
 
 TAIL_CHARS = 3000
+KILL_GRACE_S = 5  # for the sandbox launcher to kill and reap the worker's processes before SIGKILL
 
 #: Starts every worker, so the parent-death signal is tied to a thread that ends only with the process.
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kerneljudge-spawn")
@@ -61,6 +68,10 @@ class WorkerProcess:
         self.process: subprocess.Popen | None = None
         self.dead = False
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
+        self.sandbox: sandbox.Layers | None = None  # the worker's sandbox layers (None: the referee)
+        self.watch: sandbox.Watch | None = None
+        self.cgroup: sandbox.Cgroup | None = None
+        self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -74,26 +85,53 @@ class WorkerProcess:
         self.close()
 
     def start(self) -> None:
+        judgeimports.load()  # before any candidate code runs: the judge imports nothing after it
         self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-"))
         self.log_path = self.workdir / "output.log"
         to_worker_r, to_worker_w = channel.pair()  # sockets: sealed blobs cross as descriptors
         from_worker_r, from_worker_w = channel.pair()
-        env = dict(os.environ)
-        package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env = sandbox.launcher_env(dict(os.environ))
         env["PYTHONUNBUFFERED"] = "1"
         # an idle process's OpenMP threads must not spin (OMP's default) while the other one is timed
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        command = [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), str(os.getpid())]
+        if self.role == "worker" and sys.platform.startswith("linux"):
+            command = self._sandboxed(command, env)
         with open(self.log_path, "wb") as log:
             self.process = _SPAWNER.submit(
-                subprocess.Popen,
-                [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), str(os.getpid())],
+                subprocess.Popen, command,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
                 pass_fds=(to_worker_r, from_worker_w), start_new_session=True).result()
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
         self.deadline = self.clock() + self.options.timeout_s
+
+    def _sandboxed(self, command: list[str], env: dict) -> list[str]:
+        """The worker's command under the sandbox launcher, in the layers this machine allows; its private
+        temporary folder is its own workdir; the package and the store are watched from now on."""
+        options = self.options
+        sandbox.undumpable()
+        self.sandbox = sandbox.detect(tuple(sorted(options.sandbox_off)))
+        if sandbox.CGROUP in self.sandbox.active:
+            self.cgroup = sandbox.Cgroup.create(options.max_processes)
+            if self.cgroup is None:
+                self.sandbox = sandbox.Layers(tuple(n for n in self.sandbox.active if n != sandbox.CGROUP),
+                                              {**self.sandbox.inactive, sandbox.CGROUP: "could not be made now"})
+        # the store only where the worker could write it (without the read-only view: another evaluation
+        # recording into the same store meanwhile looks the same, hence a warning, not a failure)
+        self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
+                                                            else ())])
+        builds = [options.cache_dir / "builds", options.cache_dir / "triton"] if options.cache_dir else []
+        # what torch, triton and CUDA would write under the (read-only) home goes to writable places instead
+        env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"))
+        env.setdefault("TRITON_CACHE_DIR", str(builds[1] if builds else self.workdir / "triton"))
+        for folder in (*builds, *options.writable):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        return sandbox.launch_command(
+            command[:-1] + ["{parent}"], layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
+            limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
+                                  options.max_open_files), judge_pid=os.getpid(), cgroup=self.cgroup)
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
@@ -159,6 +197,9 @@ class WorkerProcess:
             self._kill()
             return Finding.of("worker-crashed", f"the worker closed its channel during stage {op} ({exc}) and was "
                               "stopped", stage=op)
+        if code == SETUP_FAILED and self.sandbox is not None:
+            return Finding.of("judge-error", f"the worker's sandbox could not be set up: {self.output_tail(500)}",
+                              stage=op)
         if code < 0:
             name = signal.Signals(-code).name
             hint = {"SIGKILL": " (killed from outside, often by the system when memory runs out)",
@@ -190,11 +231,20 @@ class WorkerProcess:
     def _kill(self) -> None:
         self.dead = True
         if self.process and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if self.sandbox is not None:  # the launcher kills the worker and reaps every descendant first
+                self._signal(os.kill, signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=KILL_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._signal(os.killpg, signal.SIGKILL)
             self.process.wait()
+
+    def _signal(self, send, signum: int) -> None:
+        try:
+            send(self.process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def close(self) -> None:
         for fd in (getattr(self, "write_fd", None), getattr(self, "read_fd", None)):
@@ -208,18 +258,23 @@ class WorkerProcess:
                 self.process.wait(timeout=10)  # the worker exits when its channel closes
             except subprocess.TimeoutExpired:
                 self._kill()
-            else:
-                self._kill_group_leftovers()
+            self._kill_leftovers()
+        if self.watch is not None:
+            self.breaches = self.watch.changes()
+            self.watch = None
         if getattr(self, "workdir", None) is not None:
             self.final_tail = self.output_tail()
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
 
-    def _kill_group_leftovers(self) -> None:
-        """Processes the candidate started in the worker's session die with it."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _kill_leftovers(self) -> None:
+        """Processes the candidate started in the worker's session die with it (the launcher has reaped
+        its descendants already; this is for what a killed launcher left behind)."""
+        self._signal(os.killpg, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if sys.platform.startswith("linux"):
+            sandbox.kill_session(self.process.pid)
 
 
 WORKER = "kerneljudge.worker"
@@ -255,7 +310,7 @@ class WorkerPool:
             process = None
             while self.ready[module] and process is None:
                 spare = self.ready[module].pop(0)
-                if spare.process.poll() is None:
+                if spare.process.poll() is None and spare.options.launch_key() == options.launch_key():
                     process = spare
                 else:
                     spare.close()
@@ -264,12 +319,14 @@ class WorkerPool:
         process.options = options  # its deadline is set when the evaluation enters it
         return process
 
-    def fill(self) -> None:
-        """Start spares up to the pool's count (after each evaluation, and when a server starts)."""
+    def fill(self, options: WorkerOptions | None = None) -> None:
+        """Start spares up to the pool's count (after each evaluation, under its options: the sandbox's
+        writable folders are fixed when a worker starts; when a server starts, under the defaults)."""
+        options = options or Options().worker_options()
         with self._lock:
             for module, ready in self.ready.items():
                 while len(ready) < self.spares:
-                    spare = WorkerProcess(WorkerOptions(), module=module)
+                    spare = WorkerProcess(options, module=module)
                     spare.start()
                     ready.append(spare)
 

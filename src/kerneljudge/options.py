@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from kerneljudge.errors import KernelJudgeError, UsageError
+from kerneljudge.sandbox import LAYERS as SANDBOX_LAYERS  # the layers that can be turned off
 
 Protocol = Literal["strict", "kernelbench"]
 Interface = Literal["cli", "python", "mcp"]
@@ -68,6 +69,11 @@ def default_server_socket() -> Path:
     if runtime and Path(runtime).is_dir():
         return Path(runtime) / "kerneljudge" / "judge.sock"
     return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
+
+
+def default_sandbox_off() -> tuple[str, ...]:
+    """Sandbox layers turned off: $KERNELJUDGE_SANDBOX_OFF, comma-separated (none by default)."""
+    return tuple(sorted(filter(None, (n.strip() for n in os.environ.get("KERNELJUDGE_SANDBOX_OFF", "").split(",")))))
 
 
 def default_problems_root() -> Path | None:
@@ -143,12 +149,30 @@ class TimingOptions:
     compile_baseline: bool = True
 
 
+#: WorkerOptions fields holding paths (strings in JSON).
+PATH_LISTS = ("writable", "watched")
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """Isolation limits for the worker process that runs candidate code."""
 
     timeout_s: float = 300.0  # whole worker lifetime, build included (a cold CUDA build takes ~1 min)
     memory_limit_mb: int | None = None  # None: 75% of RAM on a CPU run; no address-space limit on GPUs
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup); default from
+    # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
+    sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
+    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable
+    writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own
+    watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
+    max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
+    max_file_mb: int = 16384  # largest file the worker may write
+    max_open_files: int = 4096
+
+    def launch_key(self) -> tuple:
+        """What a worker's sandbox is started with: a spare started under another is not used."""
+        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.max_processes, self.max_file_mb,
+                self.max_open_files)
 
 
 @dataclass(frozen=True)
@@ -175,6 +199,11 @@ class Options:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path) and isinstance(value, (str, os.PathLike)):
                 object.__setattr__(self, name, Path(value))
+    def worker_options(self) -> WorkerOptions:
+        """The worker's options with what the sandbox must know of this run: the cache (its build sections
+        are writable), the results store (watched)."""
+        return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir), watched=tuple(self.worker.watched) + (
+            (Path(self.store_path),) if self.store_path else ()))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).
@@ -213,6 +242,12 @@ class Options:
         _check_number(worker.timeout_s, "worker.timeout_s", above=True, unit=" s")
         _check_number(worker.memory_limit_mb, "worker.memory_limit_mb", integer=True, minimum=256, optional=True,
                       unit=" MB")
+        for name in ("max_processes", "max_file_mb", "max_open_files"):
+            _check_number(getattr(worker, name), f"worker.{name}", integer=True, minimum=16)
+        unknown = set(worker.sandbox_off) - set(SANDBOX_LAYERS)
+        if unknown:
+            raise UsageError(f"{{argument}}: unknown layer {', '.join(sorted(unknown))} (the layers: "
+                             f"{', '.join(SANDBOX_LAYERS)})", "worker.sandbox_off")
         return self
 
     def command_line(self, verb: str, problem: str, solution: str, *, seed: int, device: str,
@@ -243,6 +278,8 @@ class Options:
         data["store_path"] = str(self.store_path) if self.store_path else None
         data["problems_root"] = str(self.problems_root) if self.problems_root else None
         data["overrides"] = [list(kv) for kv in self.overrides]
+        data["worker"].update({name: [str(p) for p in data["worker"][name]] for name in PATH_LISTS},
+                              cache_dir=str(self.worker.cache_dir) if self.worker.cache_dir else None)
         if not keep_seed:
             data["check"]["seed"] = None
         return data
@@ -253,7 +290,12 @@ class Options:
         return cls().replace(**{**data, "cache_dir": Path(data["cache_dir"]),
                                 "store_path": Path(data["store_path"]) if data["store_path"] else None,
                                 "problems_root": Path(data["problems_root"]) if data.get("problems_root") else None,
-                                "overrides": tuple(tuple(kv) for kv in data["overrides"])})
+                                "overrides": tuple(tuple(kv) for kv in data["overrides"]),
+                                "worker": {**data["worker"], "sandbox_off": tuple(data["worker"].get("sandbox_off", ())),
+                                           "cache_dir": Path(data["worker"]["cache_dir"])
+                                           if data["worker"].get("cache_dir") else None,
+                                           **{name: tuple(Path(p) for p in data["worker"].get(name, ()))
+                                              for name in PATH_LISTS}}})
 
 
 def _replaced(value, changes: dict, prefix: str):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import cache, devicelock, lint, protocol, suite
+from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
@@ -50,6 +50,7 @@ class Run:
     timing: dict[str, Any] | None = None
     probe_info: dict[str, Any] = field(default_factory=dict)
     output_tail: str | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the worker's sandbox layers (sandbox.Layers)
     shadow: "Run | None" = None  # --protocol kernelbench: the strict run beside the verdict
     memory: dict[str, Any] = field(default_factory=dict)  # stages/memory: peaks, footprint, device total
     kernelbench_findings: list[Finding] = field(default_factory=list)  # of KernelBench's own trials only
@@ -176,8 +177,9 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     """The stages that run code: the candidate in its worker, the reference in the referee (started together,
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
-    worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
-    referee = pool.take(options.worker, REFEREE) if pool is not None else WorkerProcess(options.worker, module=REFEREE)
+    worker_options = options.worker_options()
+    worker = pool.take(worker_options) if pool is not None else WorkerProcess(worker_options)
+    referee = pool.take(worker_options, REFEREE) if pool is not None else WorkerProcess(worker_options, module=REFEREE)
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines)
     try:
         with worker, referee, memory_stage.reported(judging, run.memory):
@@ -220,11 +222,30 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
         judging.findings.append(failure.finding)
         run.output_tail = failure.output_tail
     finally:
+        _sandbox_checks(run, worker, judging)
         _collect(run, judging)
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
         if pool is not None:
-            pool.fill()  # the next worker starts now, not during this evaluation's measurements
+            pool.fill(worker_options)  # the next worker starts now, not during this evaluation's measurements
+
+
+def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
+    """The worker's sandbox layers onto the result, and the judge's files it changed (the worker has ended:
+    WorkerProcess.close compared the package and, without the read-only view, the store with their
+    snapshot): a changed package fails the candidate; a changed store is said (another evaluation may have
+    recorded into it meanwhile)."""
+    if worker.sandbox is not None:
+        run.sandbox = worker.sandbox.to_json()
+    package = str(sandbox.package_dir())
+    ours = [path for path in worker.breaches if path.startswith(package + os.sep)]
+    store = [path for path in worker.breaches if path not in ours]
+    for code, files, what in (("sandbox-breach", ours, "changed files of the judge's package"),
+                              ("store-changed", store, "ran while the results store changed")):
+        if files:
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+            judging.findings.append(Finding.of(code, f"the candidate's process {what}: {shown}", stage="worker",
+                                               files=files[:50]))
 
 
 def _ping(judging: Judging, process: WorkerProcess) -> dict:
@@ -337,6 +358,7 @@ def _result(run: Run, problem: Problem | None, candidate: Candidate | None, devi
         device=run.device or {"type": device.split(":")[0]}, versions=run.versions, protocol=run.options.protocol,
         build=run.build, timing=run.timing, stage_ms=run.stage_ms,
         seed=seed, worker_output_tail=run.output_tail, probes=run.probe_info, memory=run.memory,
+        sandbox=run.sandbox,
         reproduce=run.options.command_line(
             verb, problem.name.split("_")[0] if problem.builtin else str(problem.path), str(candidate.path),
             seed=seed, device=device, preset=problem.preset) if problem and candidate else None)

@@ -187,8 +187,10 @@ class ProfileReference(Request):
 @request
 @dataclass(frozen=True)
 class CopyBandwidth(Request):
-    """The device's copy bandwidth in GB/s, measured here (the roofline floor's denominator)."""
+    """The device's copy bandwidth in GB/s, measured here (the roofline floor's denominator); `quick`: a short
+    measurement, to check a cached figure against."""
     op: ClassVar[str] = "copy-bandwidth"
+    quick: bool = False
 
 
 # ---- the candidate's worker --------------------------------------------------------------------------

@@ -146,6 +146,7 @@ class Result:
     probes: dict[str, Any] = field(default_factory=dict)  # what the probes saw: op trace, streams
     reproduce: str | None = None  # the kerneljudge command that runs this evaluation again, same seed
     memory: dict[str, Any] = field(default_factory=dict)  # peaks per process and device, footprint (stages/memory)
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the worker's sandbox: active and inactive layers
 
     @property
     def correct(self) -> bool:
@@ -180,6 +181,7 @@ class Result:
             "worker_output_tail": self.worker_output_tail,
             "probes": self.probes,
             "memory": self.memory,
+            "sandbox": self.sandbox,
         }
 
     @classmethod
@@ -195,7 +197,7 @@ class Result:
             build=Build(**{**build, "extensions": tuple(build.get("extensions", ()))}) if build else None,
             timing=data.get("timing"), stage_ms=data.get("stage_ms", {}), seed=data.get("seed"),
             worker_output_tail=data.get("worker_output_tail"), probes=data.get("probes") or {},
-            reproduce=data.get("reproduce"), memory=data.get("memory") or {},
+            reproduce=data.get("reproduce"), memory=data.get("memory") or {}, sandbox=data.get("sandbox") or {},
         )
 
 

@@ -97,6 +97,16 @@ def header(result: Result) -> str:
     return "  ·  ".join(p for p in parts if p)
 
 
+def sandbox_line(result: Result) -> str | None:
+    """The worker's sandbox layers in one line: active, and those the system refused (`kerneljudge doctor`
+    says why)."""
+    if not result.sandbox:
+        return None
+    off = result.sandbox.get("inactive") or {}
+    return ("sandbox: " + " ".join(result.sandbox.get("active") or ["none"])
+            + (f" (off: {', '.join(off)})" if off else ""))
+
+
 def render(result: Result, console: Console) -> None:
     """The human report."""
     head = Text()
@@ -133,6 +143,9 @@ def render(result: Result, console: Console) -> None:
         console.print(Text(result.worker_output_tail[-1500:], style="dim"))
     if memory_line(result.memory):
         console.print(f"[dim]{memory_line(result.memory)}[/dim]")
+    line = sandbox_line(result)
+    if line:
+        console.print(Text(line, style="dim"))
     if result.stage_ms:
         console.print("[dim]stages: " + " · ".join(f"{k} {_ms(v)}" for k, v in result.stage_ms.items()) + "[/dim]")
     if result.reproduce and result.verdict != "pass":

@@ -11,11 +11,16 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 
 
-def die_with_judge(judge_pid: int) -> None:
+def die_with_judge(judge_pid: int, *, undumpable: bool = False) -> None:
+    """`undumpable` (the referee): no process of the same user may read or write this one's memory through
+    /proc or ptrace (the worker, where the sandbox has no PID namespace to hide the referee from it)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if undumpable:
+            libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     if os.getppid() != judge_pid:
         os._exit(0)

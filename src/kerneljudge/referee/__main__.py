@@ -5,7 +5,7 @@ import sys
 from kerneljudge.proc.lifeline import die_with_judge
 
 if __name__ == "__main__":
-    die_with_judge(int(sys.argv[3]))
+    die_with_judge(int(sys.argv[3]), undumpable=True)
     from kerneljudge.proc.serve import serve
     from kerneljudge.referee.server import Referee
 

@@ -36,6 +36,8 @@ aten::_local_scalar_dense aten::result_type aten::numpy_T aten::permute aten::fl
 aten::split aten::chunk aten::narrow aten::ones aten::ones_like aten::full aten::new_empty aten::set_
 """.split())
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
+FULL_BANDWIDTH = timing.StopRule(min_runs=10, max_runs=200, min_time_ms=50, budget_ms=1000, target_rel_sem=0.01)
+QUICK_BANDWIDTH = timing.StopRule(min_runs=3, max_runs=10, min_time_ms=0, budget_ms=100, target_rel_sem=0.05)
 Reply = tuple[dict[str, Any], list]  # JSON data and blobs
 
 
@@ -214,7 +216,7 @@ class Referee:
             timer = timing.cuda_event_timer(self.device, timing.L2Flusher.for_cuda_device(self.device))
         else:
             timer = timing.HostTimer(_clock_ns, flush=timing.CpuCacheFlusher())
-        stop = timing.StopRule(min_runs=10, max_runs=200, min_time_ms=50, budget_ms=1000, target_rel_sem=0.01)
+        stop = QUICK_BANDWIDTH if request.quick else FULL_BANDWIDTH
         gbps = timing.measure_copy_bandwidth(self.device, BANDWIDTH_BYTES[self.device.type], timer=timer, stop=stop,
                                              wall_clock_ms=lambda: _clock_ns() / 1e6)
         return {"gbps": gbps}, []

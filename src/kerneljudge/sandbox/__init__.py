@@ -1,0 +1,342 @@
+"""The worker's sandbox, seen from the judge: which layers this machine allows, the launcher command that
+puts the worker in them, and the checks the judge makes after the worker (see README, "What the judge
+trusts").
+
+Layers set up by the launcher (sandbox/launch.py), each dropped where the system refuses it:
+
+    user     a user namespace: the worker holds no capability and cannot create namespaces of its own
+    mount    every file system read-only (the judge's package, site-packages, the store, the caches, home,
+             /tmp) except the worker's own folder and the build caches, bound read-write at their paths
+    dev      a private /dev: null, zero, full, random, urandom, tty and the NVIDIA devices; a private /dev/shm
+    pid      a PID namespace with its own /proc: everything the worker starts dies with it
+    net      a network namespace: no network, not even loopback
+    rlimits  CPU time, file size, open files and processes (the address space on CPU runs: proc/machine.py)
+    cgroup   a pids cgroup made by the judge: caps the worker's tasks (root too), all killed at the end
+
+and, wherever the worker runs on Linux (they need no permission): `reaper` (the launcher is a child
+subreaper, and kills every descendant left when the worker ends, scanning /proc until none remains; the
+judge also kills what is left in the worker's session), `watch` (after the worker, the judge's package and
+the results store are compared with a snapshot taken before it started) and `bytecode` (workers write no
+bytecode, and the judge imports every module it needs before the first worker: judgeimports.py) and
+`undumpable` (the judge and the referee forbid other processes of their user to read or write their memory
+through /proc or ptrace: without a PID namespace the worker could otherwise reach them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kerneljudge
+from kerneljudge.sandbox import linux
+
+LAUNCHED = ("user", "mount", "dev", "pid", "net", "rlimits")
+CGROUP = "cgroup"  # made by the judge, joined by the launcher
+LAYERS = LAUNCHED + (CGROUP,)  # the layers that can be turned off (WorkerOptions.sandbox_off)
+JUDGE_SIDE = ("reaper", "watch", "bytecode", "undumpable")
+DESCRIPTIONS = {
+    "user": "user namespace: the worker holds no capability and cannot create namespaces",
+    "mount": "read-only view of every file system but the worker's folder and the build caches",
+    "dev": "private /dev: no disks or other hardware, NVIDIA devices kept; private /dev/shm",
+    "pid": "PID namespace and its own /proc: all the worker starts dies with it; no other process visible",
+    "net": "network namespace: no network, not even loopback",
+    "rlimits": "limits on CPU time, file size, open files and processes (the process limit binds no root user)",
+    "cgroup": "a pids cgroup: a cap on the worker's tasks, and every task in it is killed at the end",
+    "reaper": "every descendant left at the end is killed (subreaper, /proc scans of children and session)",
+    "watch": "the judge's package and the results store are checked for changes after the worker",
+    "bytecode": "workers write no bytecode; the judge imported all its modules before the first worker",
+    "undumpable": "the judge's and the referee's memory cannot be read or written by the worker's user (/proc, ptrace)",
+}
+PROBE_TIMEOUT_S = 60
+SESSION_SCANS = 50  # the judge's own scans for processes left in the worker's session
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Which layers hold for a worker, and why the others do not."""
+
+    active: tuple[str, ...]
+    inactive: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"active": list(self.active), "inactive": dict(self.inactive), "applies_to": "worker"}
+
+
+@functools.cache
+def detect(off: tuple[str, ...] = ()) -> Layers:
+    """The layers this machine allows, minus `off` (WorkerOptions.sandbox_off): probed once per process by
+    running the launcher with everything asked, dropping the layer it names as failing, until it starts."""
+    if not sys.platform.startswith("linux"):
+        return Layers((), {name: "not Linux" for name in LAYERS + JUDGE_SIDE})
+    inactive = {name: "turned off (sandbox_off)" for name in LAUNCHED if name in off}
+    wanted = [name for name in LAUNCHED if name not in off]
+    probe_dir = tempfile.mkdtemp(prefix="kj-sandbox-probe-")
+    try:
+        while True:
+            failed, reason = _probe(wanted, probe_dir)
+            if failed is None:
+                break
+            if failed not in wanted:  # the launcher itself cannot run: no layer at all
+                inactive.update({name: reason for name in wanted})
+                wanted = []
+                break
+            wanted.remove(failed)
+            inactive[failed] = reason
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    group = None if CGROUP in off else Cgroup.create(16)
+    if CGROUP in off:
+        inactive[CGROUP] = "turned off (sandbox_off)"
+    elif group is None:
+        inactive[CGROUP] = "no writable pids cgroup (cgroup v1 pids hierarchy, or v2 with pids delegated)"
+    else:
+        group.remove()
+        wanted.append(CGROUP)
+    if "user" not in wanted and os.getuid() != 0:
+        for name in [n for n in wanted if n in ("mount", "dev", "pid", "net")]:
+            wanted.remove(name)
+            inactive[name] = "needs the user namespace"
+    return Layers(tuple(wanted) + JUDGE_SIDE, inactive)
+
+
+def _probe(layers: list[str], folder: str) -> tuple[str | None, str]:
+    """Start the launcher with `layers` and a trivial command: (None, "") when it ran, else the layer it
+    names as failing and why."""
+    check = ("import os, sys, socket; f = sys.argv[1]; open(os.path.join(f, 'w'), 'w').write('ok'); "
+             "ro = os.access('/usr', os.W_OK) and 'mount' in sys.argv[2]; sys.exit(3 if ro else 0)")
+    command = launch_command([sys.executable, "-S", "-c", check, folder, ",".join(layers)], layers=layers,
+                             writable=[folder], limits=_probe_limits(), judge_pid=os.getpid())
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              env=launcher_env(dict(os.environ)), cwd=folder)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "launcher", f"the launcher could not run: {exc}"
+    if done.returncode == 0 and Path(folder, "w").exists():
+        return None, ""
+    for line in done.stderr.splitlines():
+        if line.startswith("{") and "sandbox_layer_failed" in line:
+            report = json.loads(line)
+            return report["sandbox_layer_failed"], report["reason"]
+    if done.returncode == 3:
+        return "mount", "the read-only view did not hold"
+    if "mount" in layers and not Path(folder, "w").exists():
+        return "mount", "the worker's folder was not writable in the view"
+    return "launcher", f"the launcher exited with {done.returncode}: {done.stderr.strip()[-300:]}"
+
+
+def _probe_limits() -> dict:
+    return {"cpu_s": 60, "file_mb": 64, "open_files": 256, "processes": 64}
+
+
+def limits(timeout_s: float, max_file_mb: int, max_processes: int, max_open_files: int) -> dict:
+    """The launcher's limits: CPU time as a backstop (every core busy for the whole time limit, plus a
+    minute: the wall-clock deadline is the real limit), file size, open files, processes beyond the user's."""
+    return {"cpu_s": int(timeout_s * (os.cpu_count() or 1)) + 60, "file_mb": max_file_mb,
+            "open_files": max_open_files, "processes": max_processes}
+
+
+def launch_command(command: list[str], *, layers, writable, limits: dict, judge_pid: int,
+                   cgroup: "Cgroup | None" = None) -> list[str]:
+    """COMMAND run by the launcher in `layers` (its "{parent}" word becomes the pid of the worker's parent
+    as the worker sees it), in `cgroup` when given."""
+    config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
+              "limits": limits, "judge_pid": judge_pid, "cgroup": str(cgroup.path) if cgroup else None}
+    return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), "--", *command]
+
+
+def launcher_env(env: dict) -> dict:
+    """The worker's environment: the judge's package first on the path, no bytecode written."""
+    package_root = str(Path(kerneljudge.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def undumpable() -> None:
+    """This process's memory out of reach of the other processes of its user (PR_SET_DUMPABLE 0)."""
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
+
+
+def package_dir() -> Path:
+    return Path(kerneljudge.__file__).resolve().parent
+
+
+class Watch:
+    """A snapshot of files the worker must not change (the judge's package, the results store): size,
+    time and inode of each, compared after the worker; bytecode planted in the package is removed.
+    Bytecode that another Python process wrote meanwhile is no breach when it is exactly what compiling
+    its source gives (`honest_bytecode`)."""
+
+    def __init__(self, roots: list[Path]):
+        self.roots = [Path(r) for r in roots]
+        self.before = self._scan()
+
+    def _scan(self) -> dict[str, tuple]:
+        found = {}
+        for root in self.roots:
+            paths = root.rglob("*") if root.is_dir() else [root, *root.parent.glob(root.name + "-*")]
+            for path in paths:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if path.is_file():
+                    found[str(path)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return found
+
+    def changes(self) -> list[str]:
+        """The files added, changed or removed since the snapshot; planted bytecode is deleted."""
+        after = self._scan()
+        changed = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p)
+                         and not (p in after and p.endswith(".pyc") and honest_bytecode(Path(p))))
+        for path in changed:
+            if path.endswith(".pyc"):
+                Path(path).unlink(missing_ok=True)
+        return changed
+
+
+def honest_bytecode(pyc: Path) -> bool:
+    """`pyc` holds exactly what Python writes for its source as it is now (time, size and code)."""
+    import importlib.util
+    import marshal
+
+    source = pyc.parent.parent / (pyc.name.split(".", 1)[0] + ".py")
+    try:
+        if importlib.util.cache_from_source(str(source)) != str(pyc):
+            return False
+        data, stat, written = source.read_bytes(), source.stat(), pyc.read_bytes()
+        code = compile(data, str(source), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError, NotImplementedError):
+        return False
+    header = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(
+        4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+    return written[:16] == header and written[16:] == marshal.dumps(code)
+
+
+class Cgroup:
+    """A pids cgroup for one worker, made by the judge: the launcher joins it before anything else, so every
+    process the worker starts is in it, capped at `pids.max` tasks (this binds root too, unlike
+    RLIMIT_NPROC), and found at the end however it detached. The worker's read-only view covers /sys, so it
+    cannot move itself out."""
+
+    KILL_ROUNDS = 100
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, max_tasks: int) -> "Cgroup | None":
+        """A new cgroup under this process's own in the pids hierarchy, or None where none can be made."""
+        base = cls._base()
+        if base is None:
+            return None
+        cls._remove_stale(base)
+        path = base / f"kerneljudge-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(max_tasks))
+        except OSError:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+            return None
+        return cls(path)
+
+    @staticmethod
+    def _remove_stale(base: Path) -> None:
+        """The empty cgroups of judges that died without removing theirs (a judge killed outright)."""
+        for folder in base.glob("kerneljudge-*-*"):
+            try:
+                os.kill(int(folder.name.split("-")[1]), 0)
+            except ProcessLookupError:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+            except (ValueError, PermissionError):
+                pass
+
+    @staticmethod
+    def _base() -> Path | None:
+        """This process's cgroup in a pids hierarchy: cgroup v1's pids controller, else v2 with pids enabled
+        for its children."""
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                folder = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+                if folder.is_dir():
+                    return folder
+        for line in lines:
+            if line.startswith("0::"):
+                folder = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+                try:
+                    if "pids" in (folder / "cgroup.subtree_control").read_text().split():
+                        return folder
+                except OSError:
+                    return None
+        return None
+
+    def tasks(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup, round after round, until it is empty."""
+        for _ in range(self.KILL_ROUNDS):
+            if not _kill_all(self.tasks()):
+                return
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for _ in range(self.KILL_ROUNDS):  # a killed task leaves the cgroup when it is reaped
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+def kill_session(session_id: int) -> None:
+    """SIGKILL every process still in the worker's session, scanning /proc until none is left (the launcher
+    reaps its descendants itself; this catches what is left when the launcher was killed first)."""
+    for _ in range(SESSION_SCANS):
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if fields[0] not in ("Z", "X") and int(fields[3]) == session_id:
+                    found.append(int(entry))
+        if not _kill_all(found):
+            return
+
+
+def _kill_all(pids: list[int]) -> bool:
+    """SIGKILL each of `pids`; whether there were any."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return bool(pids)

@@ -1,0 +1,323 @@
+"""The sandbox launcher: `python -m kerneljudge.sandbox.launch CONFIG -- COMMAND...` sets up the layers
+CONFIG names, then runs COMMAND (the worker) in them. It imports nothing but the standard library and
+kerneljudge.sandbox.linux, and runs before any candidate code exists.
+
+Process layout: the launcher unshares the namespaces, then forks. The child builds the mount view, sets
+the limits, drops every capability and executes COMMAND; with `pid` on, it is init of the new PID
+namespace and forks once more for the worker (when init exits, the kernel kills every process left in the
+namespace). The parent stays,
+as a child subreaper (orphans of the worker's descendants come back to it, however they detached), waits
+for the worker, then kills what is left of its descendants, scanning /proc until none remains, and exits
+with the worker's status (re-raising the signal that killed it), so the judge sees the worker's end.
+
+A layer that fails prints one JSON line naming it on stderr and exits with SETUP_FAILED: the judge's probe
+(kerneljudge.sandbox.detect) drops that layer and tries again, so a real launch only asks for layers
+known to work here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+from kerneljudge.sandbox import linux
+
+SETUP_FAILED = 121
+REAP_ROUNDS = 200  # /proc scans at the end, each killing every descendant found (a fork bomb is bounded by nproc)
+#: Where the worker needs no view of the host's: the kernel's own file systems (a fresh /proc comes with `pid`).
+SKIPPED_MOUNTS = ("/proc", "/dev")
+
+
+class LayerFailed(Exception):
+    def __init__(self, layer: str, reason: str):
+        super().__init__(f"{layer}: {reason}")
+        self.layer, self.reason = layer, reason
+
+
+def main(argv: list[str]) -> None:
+    config = json.loads(argv[1])
+    command = argv[argv.index("--") + 1:]
+    layers = set(config["layers"])
+    _tie_to(config["judge_pid"])
+    if config.get("cgroup"):  # first: every process started from here on is in it
+        try:
+            _write(os.path.join(config["cgroup"], "cgroup.procs"), str(os.getpid()))
+        except OSError as exc:
+            _fail(LayerFailed("cgroup", str(exc)))
+    try:
+        tasks_before = _count_tasks(os.getuid())
+        _namespaces(layers)
+    except LayerFailed as failed:
+        _fail(failed)
+    linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)
+    status_read, status_write = os.pipe()  # not inherited by the worker (closed when it executes)
+    child = os.fork()
+    if child == 0:
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            _inside(layers, config, tasks_before)
+        except LayerFailed as failed:
+            _fail(failed)
+        if "pid" in layers:
+            _init(command, status_write)
+        _execute(command)
+    os.close(status_write)
+    os.closerange(3, status_read)  # the worker's channel is the worker's
+    os.closerange(status_read + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    signal.signal(signal.SIGTERM, lambda *_: _end(child, status_read, signal.SIGKILL))
+    _end(child, status_read, None)
+
+
+def _execute(command: list[str]) -> None:
+    os.execv(command[0], [part.replace("{parent}", str(os.getppid())) for part in command])
+
+
+def _init(command: list[str], status_write: int) -> None:
+    """Init of the PID namespace: start the worker, reap whatever is orphaned onto this process, and when
+    the worker ends pass its wait status to the launcher and exit (the kernel then kills every process
+    left in the namespace). The worker is not init itself: init ignores the signals it sends itself."""
+    worker = os.fork()
+    if worker == 0:
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        _execute(command)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == worker:
+            os.write(status_write, str(status).encode())
+            os._exit(0)
+
+
+def _tie_to(judge_pid: int) -> None:
+    """SIGKILL when the judge's spawning thread ends (and the worker, tied to this process, follows)."""
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != judge_pid:
+        os._exit(0)
+
+
+def _fail(failed: LayerFailed) -> None:
+    print(json.dumps({"sandbox_layer_failed": failed.layer, "reason": failed.reason}), file=sys.stderr, flush=True)
+    os._exit(SETUP_FAILED)
+
+
+def _namespaces(layers: set[str]) -> None:
+    """The user namespace first (mapping this process's own ids), then the others in one call."""
+    uid, gid = os.getuid(), os.getgid()
+    if "user" in layers:
+        _try("user", lambda: linux.unshare(linux.CLONE_NEWUSER))
+        try:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1")
+            # no nested user namespace: one would give the worker capabilities over a mount namespace of its own
+            _write("/proc/sys/user/max_user_namespaces", "0")
+        except OSError as exc:
+            raise LayerFailed("user", f"mapping the user's ids: {exc}") from exc
+    rest = [(name, flag) for name, flag in (("pid", linux.CLONE_NEWPID), ("net", linux.CLONE_NEWNET),
+                                             ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS))
+            if name in layers]
+    flags = 0
+    for _, flag in rest:
+        flags |= flag
+    if flags:
+        _try(rest[0][0], lambda: linux.unshare(flags))
+
+
+def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
+    """In the worker before it executes: mount view, /proc, limits, no capabilities, no way back."""
+    if layers & {"mount", "pid", "dev"}:
+        _try("mount", lambda: linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE))
+    if "dev" in layers:
+        _try("dev", _private_dev)
+    if "mount" in layers:
+        _try("mount", lambda: _read_only_view(config["writable"]))
+    if "pid" in layers:
+        flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC | (linux.MS_RDONLY if "mount" in layers else 0)
+        _try("pid", lambda: linux.mount("proc", "/proc", "proc", flags))
+    if "rlimits" in layers:
+        _try("rlimits", lambda: _limits(config["limits"], tasks_before))
+    if "user" in layers:
+        _try("user", linux.drop_capabilities)
+    else:
+        linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _try(layer: str, step) -> None:
+    try:
+        step()
+    except (OSError, ValueError) as exc:
+        raise LayerFailed(layer, str(exc)) from exc
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as out:
+        out.write(text)
+
+
+def _mounts() -> list[tuple[str, set[str]]]:
+    """(mount point, its per-mount options) for every mount this process sees."""
+    found = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            found.append((point, set(fields[5].split(","))))
+    return found
+
+
+def _flags(options: set[str]) -> int:
+    """The flags a remount must keep (the kernel refuses to clear a locked nosuid, nodev or noexec)."""
+    return ((linux.MS_NOSUID if "nosuid" in options else 0) | (linux.MS_NODEV if "nodev" in options else 0)
+            | (linux.MS_NOEXEC if "noexec" in options else 0))
+
+
+def _read_only_view(writable: list[str]) -> None:
+    """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
+    then the writable folders bound read-write at their own paths (the worker's folder, the build caches)."""
+    for point, options in _mounts():
+        if _skipped(point) or "ro" in options:
+            continue
+        try:
+            linux.mount(None, point, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _flags(options))
+        except OSError:  # a mount hidden under a later one cannot be reached; the check below sees the rest
+            pass
+    for point, _ in _mounts():
+        if not _skipped(point) and not _read_only(point):
+            raise OSError(f"{point} stayed writable")
+    for folder in writable:
+        if not os.path.isdir(folder):
+            continue
+        linux.mount(folder, folder, None, linux.MS_BIND | linux.MS_REC)
+        options = next(o for p, o in reversed(_mounts()) if p == folder)
+        linux.mount(None, folder, None, linux.MS_REMOUNT | linux.MS_BIND | _flags(options))
+
+
+def _skipped(point: str) -> bool:
+    return any(point == skip or point.startswith(skip + "/") for skip in SKIPPED_MOUNTS)
+
+
+def _read_only(point: str) -> bool:
+    """The mount seen at `point` is read-only (or out of reach: nothing there to write)."""
+    try:
+        return bool(os.statvfs(point).f_flag & os.ST_RDONLY)
+    except OSError:
+        return True
+
+
+def _private_dev() -> None:
+    """A fresh /dev holding only the harmless nodes and the NVIDIA devices (no disks, no other hardware),
+    with a private /dev/shm."""
+    keep = ["null", "zero", "full", "random", "urandom", "tty"]
+    keep += sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
+    handles = {name: os.open(f"/dev/{name}", os.O_PATH) for name in keep if os.path.exists(f"/dev/{name}")}
+    linux.mount("tmpfs", "/dev", "tmpfs", linux.MS_NOSUID, "mode=755,size=1m")
+    for name, handle in handles.items():
+        target = f"/dev/{name}"
+        if os.path.isdir(f"/proc/self/fd/{handle}"):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        linux.mount(f"/proc/self/fd/{handle}", target, None, linux.MS_BIND | linux.MS_REC)
+        os.close(handle)
+    os.mkdir("/dev/shm")
+    linux.mount("tmpfs", "/dev/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"/dev/{name}")
+
+
+def _limits(limits: dict, tasks_before: int) -> None:
+    """CPU time, file size, open files, and processes: the user's tasks now plus a headroom (RLIMIT_NPROC
+    counts every task of the user id, threads included, not only the worker's)."""
+    for name, value in (("RLIMIT_CPU", limits["cpu_s"]), ("RLIMIT_FSIZE", limits["file_mb"] << 20),
+                        ("RLIMIT_NOFILE", limits["open_files"]),
+                        ("RLIMIT_NPROC", tasks_before + limits["processes"])):
+        kind = getattr(resource, name)
+        _, hard = resource.getrlimit(kind)
+        value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+        resource.setrlimit(kind, (value, value))
+
+
+def _count_tasks(uid: int) -> int:
+    """Tasks (threads included) of `uid` on this machine."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    return count
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def _end(child: int, status_read: int, signum: int | None) -> None:
+    """Wait for the worker (kill it first when `signum`), kill every descendant left, and exit as it did
+    (with the worker's status as init of a PID namespace passed it on, else this child's own)."""
+    if signum is not None:
+        _kill(child, signum)
+    status = None
+    while status is None:
+        try:
+            pid, raw = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child:
+            status = raw
+    passed = os.read(status_read, 64)
+    if passed:
+        status = int(passed)
+    _reap_all()
+    if status is None or os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status) if status is not None else 1)
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(128 + os.WTERMSIG(status))
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _reap_all() -> None:
+    """SIGKILL every child (orphans come back here, this process being a subreaper) and reap them, round
+    after round, until a scan finds none."""
+    for _ in range(REAP_ROUNDS):
+        left = children_of(os.getpid())
+        if not left:
+            break
+        for pid in left:
+            _kill(pid, signal.SIGKILL)
+        for _ in left:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+        time.sleep(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,105 @@
+"""Correct output for level2/51; at its first call, one attack on the judge, chosen by $KJ_TEST_ATTACK,
+whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes that folder writable):
+
+    plant    a bytecode file beside the judge's modules and a file in its package (catalog row 26)
+    store    bytes appended to the results store ($KJ_TEST_STORE), a 0.001 GB/s bandwidth written into the
+             cache ($KJ_TEST_CACHE) (rows 27-28)
+    escape   a double fork with setsid whose survivor ignores SIGTERM, a child that ignores SIGTERM, a daemon
+             thread (row 27); each sleeper appends its pid to $KJ_TEST_OUT/escape and carries $KJ_TEST_TOKEN
+             on its command line
+    network  a connection to 127.0.0.1:$KJ_TEST_PORT, a socket the test listens on
+    bomb     sleeping children forked until fork fails (at most 2000): how many
+"""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+import kerneljudge
+
+SLEEPER = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+           "open(os.path.join(os.environ['KJ_TEST_OUT'], 'escape'), 'a').write(f'{os.getpid()}\\n'); time.sleep(600)")
+MOST_FORKS = 2000
+
+
+def write(path: Path, data: bytes, mode: str = "wb") -> str:
+    """'written', or 'blocked ERRNO'."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, mode) as out:
+            out.write(data)
+        return "written"
+    except OSError as exc:
+        return f"blocked {exc.errno}"
+
+
+def plant() -> str:
+    package = Path(kerneljudge.__file__).parent
+    return "\n".join((write(package / "__pycache__" / "zz_kj_planted.cpython-311.pyc", b"\x00" * 16),
+                      write(package / "zz_kj_planted.txt", b"planted")))
+
+
+def store() -> str:
+    return "\n".join((write(Path(os.environ["KJ_TEST_STORE"]), b"kj-planted", "ab"),
+                      write(Path(os.environ["KJ_TEST_CACHE"]) / "bandwidth" / "planted.json", b'{"gbps": 0.001}')))
+
+
+def escape() -> None:
+    command = [sys.executable, "-c", SLEEPER, os.environ["KJ_TEST_TOKEN"]]
+    subprocess.Popen(command)  # a direct child
+    if os.fork() == 0:  # double fork: the grandchild leaves the session and is orphaned
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, command)
+        os._exit(0)
+    threading.Thread(target=lambda: time.sleep(600), daemon=True).start()
+
+
+def network() -> str:
+    try:
+        with socket.create_connection(("127.0.0.1", int(os.environ["KJ_TEST_PORT"])), timeout=10) as conn:
+            conn.sendall(b"kj-exfiltrated")
+        return "connected"
+    except OSError as exc:
+        return f"blocked {exc.errno}"
+
+
+def bomb() -> str:
+    started = 0
+    while started < MOST_FORKS:
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        started += 1
+    return str(started)
+
+
+ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb}
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+        self.done = False
+
+    def forward(self, x):
+        if not self.done:
+            self.done = True
+            name = os.environ["KJ_TEST_ATTACK"]
+            outcome = ATTACKS[name]()
+            if outcome is not None:
+                write(Path(os.environ["KJ_TEST_OUT"], name), outcome.encode())
+        c = -self.subtract.mean() + self.gemm.bias.mean()
+        return x + torch.nn.functional.gelu(x @ self.gemm.weight.mean(0) + c).unsqueeze(1)

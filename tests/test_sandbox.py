@@ -1,0 +1,342 @@
+"""The worker's sandbox (issue 13): the candidate can write nothing the judge trusts, nothing it starts
+outlives its evaluation, it has no network, and its processes are bounded.
+
+Every attack is a real evaluation of a candidate in tests/candidates/sandbox/ (correct output, plus one
+attack at its first call, whose outcome it writes to a folder the test makes writable for it), judged
+with the layers this machine allows; each has a control: the same candidate with the layer turned off
+(the attack then goes through, or is caught by the fallback), or an honest evaluation. A test needing a
+layer this machine refuses is skipped, saying so; the fallback's tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CANDIDATES, SEED, codes
+
+from kerneljudge import cache, judgeimports, report, sandbox
+from kerneljudge.errors import UsageError
+from kerneljudge.pipeline import evaluate
+
+ATTACKS = CANDIDATES / "sandbox" / "attacks.py"
+GOOD = CANDIDATES / "isolation" / "good.py"
+HERE = sandbox.detect()
+SCANS = 100  # /proc scans (0.05 s apart) for a process to be gone: a fixed count, not a time assumption
+
+
+def needs(*layers: str):
+    missing = [name for name in layers if name not in HERE.active]
+    return pytest.mark.skipif(bool(missing), reason=f"sandbox layer(s) {missing} not available here: "
+                                                    f"{[HERE.inactive.get(m) for m in missing]}")
+
+
+@pytest.fixture
+def attack(fast, tmp_path, monkeypatch):
+    """run(NAME, options, **worker): a real evaluation of attacks.py making attack NAME, with the layers
+    here (less `sandbox_off`); returns the result and the lines the candidate wrote about its outcome."""
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("KJ_TEST_OUT", str(out))
+
+    def run(name: str, options=None, **worker):
+        monkeypatch.setenv("KJ_TEST_ATTACK", name)
+        result = evaluate(SEED, ATTACKS, (options or fast).replace(worker={"writable": (out,), **worker}))
+        said = out / name
+        return result, said.read_text().split() if said.exists() else []
+
+    return run
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def with_token(token: str) -> list[int]:
+    """Host processes whose command line carries `token`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes() and running(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def gone(probe) -> list[int]:
+    """What `probe()` still finds after at most SCANS scans."""
+    left = probe()
+    for _ in range(SCANS):
+        if not left:
+            break
+        time.sleep(0.05)
+        left = probe()
+    return left
+
+
+# --- the layers, in every result, the report and `kerneljudge doctor` --------------------------------------
+
+
+def test_every_result_lists_the_layers_and_the_report_says_them(fast):
+    result = evaluate(SEED, GOOD, fast)
+    assert result.verdict == "pass"
+    assert result.sandbox["active"] == list(HERE.active) and result.sandbox["inactive"] == HERE.inactive
+    assert {"reaper", "watch", "bytecode"} <= set(result.sandbox["active"])  # never need a permission
+    assert result.to_json()["sandbox"] == result.sandbox
+    assert report.sandbox_line(result).startswith("sandbox: " + " ".join(HERE.active))
+
+
+def test_a_layer_turned_off_is_listed_as_off_with_the_reason(fast):
+    result = evaluate(SEED, GOOD, fast.replace(worker={"sandbox_off": ("net",)}))
+    assert result.verdict == "pass"
+    assert "net" not in result.sandbox["active"]
+    assert result.sandbox["inactive"]["net"] == "turned off (sandbox_off)"
+    assert "(off: " in report.sandbox_line(result) and "net" in report.sandbox_line(result)
+
+
+def test_an_unknown_layer_is_a_usage_error(fast):
+    with pytest.raises(UsageError, match="unknown layer bogus"):
+        evaluate(SEED, GOOD, fast.replace(worker={"sandbox_off": ("bogus",)}))
+
+
+def test_doctor_lists_the_layers_of_this_machine(kj):
+    rc, stdout, _ = kj("doctor", "--json", env={"KERNELJUDGE_SANDBOX_OFF": "dev"})
+    facts = json.loads(stdout)
+    assert rc == 0 and "dev" not in facts["active"] and facts["inactive"]["dev"] == "turned off (sandbox_off)"
+    assert set(facts["active"]) | set(facts["inactive"]) == set(sandbox.LAYERS + sandbox.JUDGE_SIDE)
+    rc, stdout, _ = kj("doctor")
+    assert rc == 0 and all(name in stdout for name in sandbox.LAYERS)
+
+
+# --- 1/3. the judge's package: no planted bytecode, nothing imported after a worker started ---------------
+
+
+def _plant_paths() -> tuple[Path, Path]:
+    package = sandbox.package_dir()
+    return package / "__pycache__" / "zz_kj_planted.cpython-311.pyc", package / "zz_kj_planted.txt"
+
+
+@needs("mount")
+def test_the_package_is_read_only_for_the_worker(attack):
+    result, said = attack("plant")
+    assert said == ["blocked", "30"] * 2  # EROFS: the view is read-only
+    assert result.verdict == "pass" and "sandbox-breach" not in codes(result)
+    assert not any(p.exists() for p in _plant_paths())
+
+
+def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(attack):
+    pyc, text = _plant_paths()
+    try:
+        result, said = attack("plant", sandbox_off=("mount",))
+        assert said == ["written", "written"]  # the control: the attack itself works
+        assert result.verdict == "fail" and "sandbox-breach" in codes(result)
+        breach = next(f for f in result.findings if f.code == "sandbox-breach")
+        assert str(pyc) in breach.details["files"] and str(text) in breach.details["files"]
+        assert not pyc.exists()  # planted bytecode is removed before the judge could load it
+    finally:
+        pyc.unlink(missing_ok=True)
+        text.unlink(missing_ok=True)
+
+
+def test_the_judge_imports_none_of_its_modules_after_the_first_worker_started(tmp_path):
+    """A whole evaluation, recorded in a store and reported, in a fresh judge process; then one more import
+    as the control that the check sees a late import."""
+    script = f"""
+import io, json, sys
+from rich.console import Console
+from kerneljudge import judgeimports, report
+from kerneljudge.options import Options
+from kerneljudge.pipeline import evaluate
+from pathlib import Path
+options = Options(device="cpu", store_path=Path(r"{tmp_path / 'results.sqlite'}"), cache_dir=Path(r"{tmp_path / 'cache'}"))
+result = evaluate("{SEED}", r"{GOOD}", options.replace(timing={{"enabled": False}}))
+report.render(result, Console(file=io.StringIO()))
+json.dumps(result.to_json())
+late = sorted(judgeimports.judge_modules() - judgeimports.loaded_before_first_worker)
+import kerneljudge.cli_doctor
+control = sorted(judgeimports.judge_modules() - judgeimports.loaded_before_first_worker)
+print(json.dumps({{"verdict": result.verdict, "late": late, "control": control}}))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(judgeimports.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["verdict"] == "pass"
+    assert facts["late"] == []
+    assert facts["control"] == ["kerneljudge.cli_doctor"]
+
+
+# --- 4. trusted state: the store and the caches ------------------------------------------------------------
+
+
+def _store_attack(attack, fast, tmp_path, monkeypatch, **worker):
+    store, cache_dir = tmp_path / "results.sqlite", tmp_path / "cache"
+    store.write_bytes(b"")  # exists before the worker starts, as a store that recorded earlier runs
+    monkeypatch.setenv("KJ_TEST_STORE", str(store))
+    monkeypatch.setenv("KJ_TEST_CACHE", str(cache_dir))
+    return attack("store", fast.replace(store_path=store, cache_dir=cache_dir), **worker)
+
+
+@needs("mount")
+def test_the_store_and_the_caches_are_read_only_for_the_worker(attack, fast, tmp_path, monkeypatch):
+    result, said = _store_attack(attack, fast, tmp_path, monkeypatch)
+    assert said == ["blocked", "30"] * 2
+    assert result.verdict == "pass" and "sandbox-breach" not in codes(result)
+    assert not (tmp_path / "cache" / "bandwidth" / "planted.json").exists()
+
+
+def test_without_the_read_only_view_a_changed_store_is_said(attack, fast, tmp_path, monkeypatch):
+    """The fallback can only tell: the store changed while the worker ran (another evaluation recording
+    into it looks the same, so it is a warning); the cached figure the candidate planted is range-checked
+    before any use (test_a_cached_bandwidth_out_of_range_is_measured_again)."""
+    result, said = _store_attack(attack, fast, tmp_path, monkeypatch, sandbox_off=("mount",))
+    assert said == ["written", "written"]  # the control: the attack itself works
+    changed = next(f for f in result.findings if f.code == "store-changed")
+    assert changed.severity == "warn" and str(tmp_path / "results.sqlite") in changed.details["files"]
+
+
+SHORT_TIMING = {"enabled": True, "baselines": False, "budget_ms": 50.0, "min_runs": 5, "min_time_ms": 5.0,
+                "warmup_ms": 5.0}
+
+
+def test_a_cached_bandwidth_out_of_range_is_measured_again(fast, tmp_path):
+    """The honest run measures and caches the bandwidth; a planted 1e-6 GB/s (every real time would be
+    `impossible-speed`) is measured again, never used, and replaced in the cache."""
+    options = fast.replace(cache_dir=tmp_path, timing=SHORT_TIMING)
+    first = evaluate(SEED, GOOD, options)
+    assert first.timing["floor"]["bandwidth"] == "measured"
+    [entry] = (tmp_path / "bandwidth").glob("*.json")
+    entry.write_text(json.dumps({"gbps": 1e-6}))
+    second = evaluate(SEED, GOOD, options)
+    assert second.timing["floor"]["bandwidth"] == "remeasured" and "impossible-speed" not in codes(second)
+    assert second.timing["floor"]["bandwidth_gbps"] > 1e-3
+    assert json.loads(entry.read_text())["gbps"] != 1e-6
+
+
+class FixedReferee:
+    """A referee whose copy bandwidth is 10 GB/s by the short measurement and 12 GB/s by the full one."""
+
+    def __init__(self):
+        self.asked: list[bool] = []
+
+    def call(self, request):
+        self.asked.append(request.quick)
+        return {"gbps": 10.0 if request.quick else 12.0}
+
+
+@pytest.mark.parametrize("cached, used, source", [(None, 12.0, "measured"), (15.0, 15.0, "cached"),
+                                                  (6.0, 6.0, "cached"), (25.0, 12.0, "remeasured"),
+                                                  (4.0, 12.0, "remeasured"), (1e9, 12.0, "remeasured")])
+def test_a_cached_bandwidth_is_used_only_near_this_runs_short_measurement(fast, tmp_path, cached, used, source):
+    """Within BANDWIDTH_CACHE_FACTOR (2) of the short measurement (10 GB/s) the cached figure is used;
+    beyond it the full measurement (12 GB/s) replaces it. (The decision, with a stand-in referee.)"""
+    from kerneljudge.stages import measure
+    from kerneljudge.stages.context import Judging
+
+    if cached is not None:
+        cache.save(tmp_path, "bandwidth", "dev", {"gbps": cached})
+    referee = FixedReferee()
+    gbps, said = measure._bandwidth(Judging(fast.replace(cache_dir=tmp_path), None, referee, "cpu"), "dev")
+    assert (gbps, said) == (used, source)
+    assert referee.asked == ([True] if source == "cached" else [True, False])
+    assert cache.load(tmp_path, "bandwidth", "dev")["gbps"] == used
+
+
+# (a planted torch.compile time far from this run's eager time: tests/test_mutation_kills.py)
+
+
+# --- 2. nothing outlives the evaluation ---------------------------------------------------------------------
+
+
+@needs("pid")
+def test_nothing_the_candidate_started_outlives_its_evaluation(attack, monkeypatch):
+    token = f"kj-escape-{secrets.token_hex(6)}"
+    monkeypatch.setenv("KJ_TEST_TOKEN", token)
+    result, pids = attack("escape")
+    assert result.verdict == "pass"
+    assert len(pids) == 2  # both sleepers ran (the escape happened)
+    assert gone(lambda: with_token(token)) == [], "a process the candidate started outlived the evaluation"
+
+
+def test_without_pid_namespace_and_cgroup_the_reaper_kills_every_descendant(attack, monkeypatch):
+    """The fallback: host pids in the pid file; the launcher, a child subreaper, kills the setsid'd
+    grandchild and the child that ignores SIGTERM when the worker ends."""
+    token = f"kj-escape-{secrets.token_hex(6)}"
+    monkeypatch.setenv("KJ_TEST_TOKEN", token)
+    result, said = attack("escape", sandbox_off=("pid", "cgroup"))
+    assert result.verdict == "pass"
+    assert result.sandbox["inactive"]["pid"] == "turned off (sandbox_off)"
+    pids = [int(p) for p in said]
+    assert len(pids) == 2 and all(p > 1 for p in pids)
+    assert gone(lambda: [p for p in pids if running(p)]) == []
+    assert gone(lambda: with_token(token)) == []
+
+
+# --- no network ------------------------------------------------------------------------------------------
+
+
+def _listener() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(30)
+    return server
+
+
+@needs("net")
+def test_the_worker_has_no_network(attack, monkeypatch):
+    with _listener() as server:
+        monkeypatch.setenv("KJ_TEST_PORT", str(server.getsockname()[1]))
+        result, said = attack("network")
+    assert result.verdict == "pass"
+    assert said == ["blocked", "101"]  # ENETUNREACH: no interface is up
+
+
+def test_without_the_network_layer_the_same_connection_goes_through(attack, monkeypatch):
+    with _listener() as server:
+        monkeypatch.setenv("KJ_TEST_PORT", str(server.getsockname()[1]))
+        result, said = attack("network", sandbox_off=("net",))
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(64) == b"kj-exfiltrated"
+    assert said == ["connected"] and result.verdict == "pass"
+
+
+# --- resource limits ---------------------------------------------------------------------------------------
+
+
+BOUNDED = "cgroup" in HERE.active or ("rlimits" in HERE.active and os.getuid() != 0)
+
+
+@pytest.mark.skipif(not BOUNDED, reason="no pids cgroup here, and RLIMIT_NPROC does not bind root")
+def test_a_fork_bomb_is_bounded_and_its_processes_die(attack):
+    """The cap stops the bomb far from the 2000 forks it tries; the evaluation ends (the worker, left without
+    a task to spare, may fail its next step, but is never left to the timeout); nothing of it remains."""
+    result, said = attack("bomb", max_processes=48)
+    forks = int(said[0])
+    assert 0 < forks < 48
+    assert "timeout" not in codes(result)
+    if "cgroup" in result.sandbox["active"]:
+        assert not list(sandbox.Cgroup._base().glob(f"kerneljudge-{os.getpid()}-*")), "the cgroup outlived it"
+
+
+def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, tmp_path):
+    """The honest side of the read-only view: a C++ extension builds into the cache (writable) and
+    temporary files go to the worker's own folder."""
+    result = evaluate(SEED, CANDIDATES / "isolation" / "cpp_ext.py", fast.replace(cache_dir=tmp_path))
+    assert result.verdict == "pass", [f.message for f in result.findings]
+    assert any((tmp_path / "builds").rglob("*.so"))
