@@ -69,9 +69,9 @@ class _LanePool(WorkerPool):
     def take(self, options: WorkerOptions, module: str = WORKER) -> WorkerProcess:
         return self.tracked.add(super().take(options, module))
 
-    def fill(self) -> None:
+    def fill(self, options: WorkerOptions | None = None) -> None:
         if not self.tracked.stopped:
-            super().fill()
+            super().fill(options)
 
     def close(self) -> None:
         """Spares never ran candidate code: killed, not waited for (one still importing torch would not
@@ -104,7 +104,7 @@ class LocalLane:
             holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
-                self.pool.fill()  # the next candidate's processes, while this one builds and is checked
+                self.pool.fill(options.worker_options())  # the next candidate's processes, while this one builds and is checked
             on_progress(event)
 
         try:
@@ -154,7 +154,7 @@ class LocalBackend:
         with self._arch_lock:
             if self._arch is None and self.gpu is not None:
                 try:
-                    with self.tracked.add(WorkerProcess(options.worker)) as worker:
+                    with self.tracked.add(WorkerProcess(options.worker_options())) as worker:
                         hello = worker.call(protocol.Ping(self.gpu))
                     self._arch = (hello.get("device") or {}).get("capability")
                 except WorkerFailure:
