@@ -164,10 +164,22 @@ def memory_line(memory: dict) -> str:
     plan = memory.get("reference") or {}
     how = {"full": "", "chunked": f"; float64 reference in {plan.get('chunks')} chunks",
            "native": "; no float64 reference"}.get(plan.get("float64"), "")
-    return (f"memory: judge peak {memory['judge_peak_bytes'] / 1e9:.3g} GB"
-            + (f" ({ratio}x the problem's {footprint / 1e9:.3g} GB; {memory.get('judge_peak_measured')})"
-               if footprint and ratio is not None else "")
-            + (f" of {memory['device_total_bytes'] / 1e9:.1f} GB" if memory.get("device_total_bytes") else "") + how)
+    if footprint and ratio is not None and footprint >= SMALL_FOOTPRINT_BYTES:
+        against = f" ({ratio:.3g}x the problem's {_size(footprint)}; {memory.get('judge_peak_measured')})"
+    elif footprint:  # a tiny problem: the processes' own working memory is all the peak says
+        against = f" (the problem's {_size(footprint)}: the peak is the processes' own working memory)"
+    else:
+        against = ""
+    return (f"memory: judge peak {_size(memory['judge_peak_bytes'])}" + against
+            + (f" of {_size(memory['device_total_bytes'])}" if memory.get("device_total_bytes") else "") + how)
+
+
+#: Below this footprint the peak-to-footprint ratio only measures torch's own memory, so it is not shown.
+SMALL_FOOTPRINT_BYTES = 64 * 2**20
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.3g} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.3g} MB"
 
 
 def brief(result: Result, max_chars: int = 2000) -> str:
