@@ -157,6 +157,13 @@ class Perturb(Request):
 
 @request
 @dataclass(frozen=True)
+class StateEntries(Request):
+    """The reference's floating state-dict entries (parameters and buffers) a probe may change, in order."""
+    op: ClassVar[str] = "state-entries"
+
+
+@request
+@dataclass(frozen=True)
 class ProfileReference(Request):
     """The reference's heavy ops (share of its profiled time) and whether its output aliases its inputs,
     parameters or buffers, on inputs from `seed`."""
@@ -229,11 +236,13 @@ class Forward(Request):
 @request
 @dataclass(frozen=True)
 class SetState(Request):
-    """Write the reference's changed entries (blobs) into ModelNew: in place, or as new Parameter objects."""
+    """Write the reference's changed entries (blobs) into ModelNew: `how` is "in-place" (copied into the
+    tensors it holds), "replace" (new Parameter or buffer objects) or "state-dict" (a round trip: its own
+    state_dict, with these entries changed, loaded back with load_state_dict)."""
     op: ClassVar[str] = "set-state"
     names: list[str]
     state: list[dict[str, Any]]
-    replace: bool = False
+    how: str = "in-place"
 
 
 @request

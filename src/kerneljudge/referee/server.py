@@ -51,6 +51,7 @@ class Referee:
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
+            protocol.StateEntries: self.state_entries,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
         }
@@ -144,11 +145,14 @@ class Referee:
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
         names = perturb(self.session.reference, request.seed, request.names, replace=request.replace,
-                                device=self.device)
+                        device=self.device)
         self.session.refresh64()
         names, tensors = self.session.state(names)
         meta, state_blobs = tensorwire.pack_values(tensors)
         return {"names": names, "state": meta}, state_blobs
+
+    def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
+        return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
 
     def profile_reference(self, request: protocol.ProfileReference, blobs: list) -> Reply:
         session = self.session

@@ -102,7 +102,7 @@ def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, repla
     """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
     0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
     zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring. Returns the names changed."""
+    new parameter objects would bring (buffers are scaled either way). Returns the names changed."""
     generator = torch.Generator(device).manual_seed(seed)
     parameters = {n for n, _ in model.named_parameters()}
     changed = []
@@ -110,9 +110,7 @@ def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, repla
         for name, t in model.state_dict(keep_vars=True).items():
             if (names is not None and name not in names) or not t.is_floating_point():
                 continue
-            if replace:
-                if name not in parameters:
-                    continue
+            if replace and name in parameters:
                 t.copy_(_uniform(t, generator, -0.5, 0.5))
             else:
                 t.mul_(_uniform(t, generator, 0.5, 1.5))

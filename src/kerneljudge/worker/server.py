@@ -196,14 +196,23 @@ class Worker:
         session = self.session
         values = tensorwire.unpack_values(request.state, blobs, self.device)
         candidate_state = session.candidate.state_dict(keep_vars=True)
+        changed = {name: value for name, value in zip(request.names, values) if name in candidate_state}
         with torch.no_grad():
-            for name, value in zip(request.names, values):
-                if name not in candidate_state:
-                    continue
-                if request.replace:
+            if request.how == "state-dict":  # its own state dict, these entries changed, loaded back
+                state = {name: t.detach().clone() for name, t in session.candidate.state_dict().items()}
+                loaded = guarded(lambda: session.candidate.load_state_dict({**state, **changed}),
+                                 stage="probe", code="forward-error", what="ModelNew.load_state_dict",
+                                 source_file=self._source())
+                if loaded.failure:
+                    return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
+                return _reply([])
+            for name, value in changed.items():
+                if request.how == "replace":
                     owner, attr = _owner(session.candidate, name)
                     old = getattr(owner, attr)
-                    setattr(owner, attr, torch.nn.Parameter(value.clone(), requires_grad=old.requires_grad))
+                    fresh = value.clone()
+                    setattr(owner, attr, torch.nn.Parameter(fresh, requires_grad=old.requires_grad)
+                            if isinstance(old, torch.nn.Parameter) else fresh)
                 else:
                     candidate_state[name].copy_(value)
         return _reply([])
