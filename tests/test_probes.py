@@ -63,3 +63,30 @@ def test_many_parameters_are_sampled_with_the_secret_seed(fast):
         assert alone["entries"] == 12 and len(alone["changed_alone"]) == probe.MAX_ALONE
         seen.append(alone["changed_alone"])
     assert seen[0] != seen[1]
+
+
+# --- item 2: inputs and parameters across their range (row 30) -----------------------------------------
+
+
+def test_tanh_gelu_fails_once_the_argument_covers_the_curved_range(fast):
+    """Exact enough where get_inputs() and the initial parameters put GELU's argument, not over [-4, 4]."""
+    result = judge(fast, "tanh_gelu")
+    assert all(t.passed for t in result.trials), explain(result)  # the default draw does not see it
+    assert result.verdict == "fail" and failing(result) == {"range-mismatch"}, explain(result)
+    ranges = result.probes["ranges"]
+    assert ranges["sites"]["gelu#0"]["probed"] >= 0.75 > ranges["sites"]["gelu#0"]["default"]
+
+
+def test_range_probes_honest_controls(fast):
+    """The exact-erf rewrite (the shipped solution), and softmax with logits spread by x10."""
+    for problem in (SEED, "level1/23"):
+        result = judge(fast, "@pytorch", problem=problem)
+        assert result.verdict == "pass" and not failing(result), explain(result)
+        assert len(result.probes["ranges"]["probes"]) >= 2 and not result.probes["ranges"]["skipped"]
+
+
+def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fast):
+    result = api.evaluate(PROBES / "overflow_problem.py", PROBES / "overflow.py", fast)
+    assert result.verdict == "pass" and not failing(result), explain(result)
+    skipped = [f.message for f in result.findings if f.code == "probe-skipped" and "range" in f.message]
+    assert skipped and "float64 reference overflows" in skipped[0]

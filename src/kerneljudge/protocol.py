@@ -113,6 +113,7 @@ class MakeInputs(Request):
     expect: bool = True  # False: inputs only (a call whose output is not compared)
     float64: bool = True  # False: the native reference only (a timed output's check)
     send: bool = True  # False: keep the inputs here (the worker drew the same ones from the seed)
+    transform: dict[str, Any] | None = None  # a range probe's transform of the inputs (referee/ranges.py)
 
 
 @request
@@ -120,7 +121,9 @@ class MakeInputs(Request):
 class Compare(Request):
     """Compare a candidate output (blobs) with the kept reference outputs of `seed`; `inputs_after`
     (blobs) are the candidate's inputs after its call, checked bit for bit. `rule`: "strict" (float64
-    truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64).
+    truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64),
+    "range" (float64 truth, atol relative to the output's magnitude; instead of a trial, `skipped` with
+    the reason where the reference overflows or is ill-conditioned there: referee/ranges.py).
     Reply: trial, findings, unwritten (outputs NaN where the reference is not)."""
     op: ClassVar[str] = "compare"
     seed: int
@@ -160,6 +163,24 @@ class Perturb(Request):
 class StateEntries(Request):
     """The reference's floating state-dict entries (parameters and buffers) a probe may change, in order."""
     op: ClassVar[str] = "state-entries"
+
+
+@request
+@dataclass(frozen=True)
+class RangePlan(Request):
+    """The range probes for this problem (referee/ranges.py), chosen on inputs from `seed`. Reply: probes
+    (transforms), skipped (reasons), sites (the curved ranges covered, by default and with the probes)."""
+    op: ClassVar[str] = "range-plan"
+    seed: int
+
+
+@request
+@dataclass(frozen=True)
+class RangeSet(Request):
+    """Undo the previous range probe's change of a state entry and apply `transform`'s (None: undo only).
+    Reply: the entries that changed (blobs), for the worker."""
+    op: ClassVar[str] = "range-set"
+    transform: dict[str, Any] | None = None
 
 
 @request

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize, upcast
+from kerneljudge.referee.ranges import Transform
 
 KERNELBENCH_SEED = 42
 
@@ -35,6 +36,7 @@ class RefereeSession:
     reference64: torch.nn.Module | None
     kernelbench: bool
     kept: dict[int, Expectation] = field(default_factory=dict)
+    range_originals: dict[str, torch.Tensor] = field(default_factory=dict)  # entries a range probe changed
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
@@ -68,9 +70,11 @@ class RefereeSession:
         synchronize(self.device)
         return out
 
-    def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True) -> list:
-        """Inputs from `seed`, with the expectation kept under the seed; returns what the candidate gets.
-        Under KernelBench's protocol the reference runs first on the very tensors the candidate gets."""
+    def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True,
+             transform: Transform | None = None) -> list:
+        """Inputs from `seed` (moved by a range probe's `transform`), with the expectation kept under the
+        seed; returns what the candidate gets. Under KernelBench's protocol the reference runs first on the
+        very tensors the candidate gets."""
         if kernelbench:
             seed_generators(seed, self.device)
             inputs = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in self.problem.get_inputs()]
@@ -81,6 +85,8 @@ class RefereeSession:
             self.kept[seed] = Expectation(clone_args(inputs), expected, None)
             return inputs
         inputs = make_inputs(self.problem, seed, self.device)
+        if transform is not None:
+            inputs = transform.inputs(inputs)
         if expect:
             self.kept[seed] = self.expect(inputs, float64)
         return inputs
@@ -90,6 +96,22 @@ class RefereeSession:
         expected64 = (self.run(self.reference64, upcast(clone_args(inputs)))
                       if float64 and self.reference64 is not None else None)
         return Expectation(inputs, expected, expected64)
+
+    def set_range(self, transform: Transform | None) -> list[str]:
+        """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
+        entry): the names of the entries that changed."""
+        state = self.reference.state_dict(keep_vars=True)
+        names = list(self.range_originals)
+        with torch.no_grad():
+            for name in names:
+                state[name].copy_(self.range_originals.pop(name))
+            if transform is not None and transform.target in state:
+                entry = state[transform.target]
+                self.range_originals[transform.target] = entry.detach().clone()
+                entry.mul_(transform.scale).add_(transform.shift)
+                names.append(transform.target)
+        self.refresh64()
+        return names
 
     def refresh64(self) -> None:
         if self.reference64 is not None:

@@ -230,6 +230,49 @@ def _stale(how: str, alone: dict[str, str], together: str | None) -> list[Findin
                        stage=STAGE, parameters=list(alone), change=how, together=bool(together))]
 
 
+def probe_ranges(j: Judging) -> list[Finding]:
+    """Row 30: inputs and parameters moved (scaled, sign-flipped, shifted) so that the reference's
+    nonlinear ops see their curved range; the referee chooses the moves from the problem itself
+    (referee/ranges.py) and compares against float64 with a tolerance relative to the output's magnitude.
+    The state entries are put back afterwards."""
+    plan = j.take(j.referee.call(protocol.RangePlan(_seed(j, "range-plan"))), STAGE)
+    transforms = [t for t in plan.get("probes", []) if isinstance(t, dict)]
+    skipped = [str(s) for s in plan.get("skipped", [])]
+    missed = []
+    for number, transform in enumerate(transforms):
+        _set_range(j, transform)
+        seed = _seed(j, f"range-{number}")
+        drawn = j.take(j.referee.call(protocol.MakeInputs(seed, transform=transform)), STAGE)
+        reply = j.forward(drawn, STAGE)
+        check = j.options.check
+        answer = j.referee.call(protocol.Compare(seed, 0, reply["output"], None, check.atol, check.rtol, "range"),
+                                reply["_blobs"])
+        if answer.get("error"):
+            j.take(answer, STAGE)  # a referee fault ends the stage
+        if answer.get("skipped"):
+            skipped.append(f"{transform['label']}: {answer['skipped']}")
+        elif "trial" in answer and not answer["trial"]["passed"]:
+            missed.append((transform["label"], answer["trial"].get("message") or "outputs differ"))
+    if transforms:
+        _set_range(j, None)
+    j.info["ranges"] = {"probes": [t.get("label") for t in transforms], "sites": plan.get("sites", {}),
+                        "skipped": skipped}
+    findings = [Finding.of("probe-skipped", f"range probes: {'; '.join(skipped)}", stage=STAGE, probes=["ranges"])
+                ] if skipped else []
+    if missed:
+        findings.append(Finding.of("range-mismatch", f"with {missed[0][0]} the output no longer matches: "
+                                   f"{missed[0][1]}" + (f" (also with {', '.join(m[0] for m in missed[1:])})"
+                                                        if len(missed) > 1 else ""),
+                                   stage=STAGE, transforms=[m[0] for m in missed]))
+    return findings
+
+
+def _set_range(j: Judging, transform: dict | None) -> None:
+    changed = j.take(j.referee.call(protocol.RangeSet(transform)), STAGE)
+    if changed.get("names"):
+        j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"]), changed["_blobs"]), STAGE)
+
+
 @dataclass(frozen=True)
 class Probe:
     name: str
@@ -248,6 +291,7 @@ PROBES = (
     Probe("streams", probe_streams, devices=("cuda",)),
     Probe("refilled-inputs", probe_refilled_inputs),
     Probe("parameters", probe_parameters),
+    Probe("ranges", probe_ranges),
 )
 
 
