@@ -7,6 +7,8 @@ with its honest control. Candidates are in tests/candidates/probes/ (and integri
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import CANDIDATES, SEED
 from kerneljudge import api
 from kerneljudge.stages import probe
@@ -90,3 +92,51 @@ def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fa
     assert result.verdict == "pass" and not failing(result), explain(result)
     skipped = [f.message for f in result.findings if f.code == "probe-skipped" and "range" in f.message]
     assert skipped and "float64 reference overflows" in skipped[0]
+
+
+# --- item 3: kernels counted where they run (rows 13, 31) ----------------------------------------------
+# The three candidates share tests/candidates/isolation/cpp_ext.py's extension source, so the build cache
+# (one per test session) compiles it once for them and the isolation tests.
+
+
+@pytest.mark.parametrize("name,counted", [
+    ("bound_handle", ["kj_isolation_residual_gelu.kj_residual_gelu"]),  # self._fused = ext.f
+    ("kernel_in_container", ["kj_isolation_residual_gelu.kj_residual_gelu", "kjprobe::residual_gelu"]),
+])
+def test_own_kernels_are_counted_however_they_are_reached(fast, name, counted):
+    result = judge(fast, name)
+    assert result.verdict == "pass" and not failing(result), explain(result)
+    trace = result.probes["op_trace"]
+    assert sorted(trace["own_kernels"]) == counted and all(trace["own_calls"][k] == 1 for k in counted)
+    assert 0 < trace["own_share"] <= 1
+
+
+def test_kernel_run_once_outside_forward_is_a_decoy(fast):
+    """Called once in __init__ (so it "ran"), never by forward: torch ops do the work."""
+    result = judge(fast, "decoy_once")
+    assert result.verdict == "fail" and failing(result) == {"decoy-kernel"}, explain(result)
+    assert result.probes["op_trace"]["own_calls"] == {"kj_isolation_residual_gelu.kj_residual_gelu": 0}
+
+
+# --- item 4: watched while timed (row 25) ---------------------------------------------------------------
+# A fixed count of timed calls (no convergence, a budget the count always reaches first): 3 warm-up and 24
+# timed calls. thread_after_calls starts its threads from its 40th call, after the trials and the probes
+# (about 30 calls) and before the last timed one.
+
+TIMED = {"enabled": True, "baselines": False, "min_runs": 24, "max_runs": 24, "target_rel_sem": 0.0,
+         "min_time_ms": 0.0, "budget_ms": 1e7}
+
+
+@pytest.mark.parametrize("name", ["thread_when_timed", "thread_after_calls"])
+def test_thread_left_running_only_while_timed_is_seen_on_the_timed_calls(fast, name):
+    result = judge(fast, name, timing=TIMED)
+    spawned = [f for f in result.findings if f.code == "thread-spawn"]
+    assert result.verdict == "fail" and failing(result) == {"thread-spawn"}, explain(result)
+    assert [f.stage for f in spawned] == ["timing"]  # the probes never saw it
+    assert "while timed" in spawned[0].message and spawned[0].details["threads"][0].startswith("kj-")
+
+
+def test_watched_timing_honest_control(fast):
+    result = judge(fast, "@pytorch", timing=TIMED)
+    assert result.verdict == "pass" and not failing(result), explain(result)
+    assert result.timing["candidate"]["n"] == 24

@@ -73,11 +73,14 @@ class TimeSetup(Request):
 class TimeBatch(Request):
     """Time calls first..first+count-1 (call i uses input set i % sets), back to back with a cache flush
     before each; `refills` maps a call index to a seed whose inputs go into that set before the call.
-    The reply is sent after a device-wide synchronisation. Reply: samples_ms."""
+    The reply is sent after a device-wide synchronisation. Reply: samples_ms; from the worker also threads
+    (left running after a timed call) and unjoined (of the `watch` calls, those whose output changed after
+    the call returned: worker/watch.py)."""
     op: ClassVar[str] = "time-batch"
     first: int
     count: int
     refills: dict[str, int] = field(default_factory=dict)
+    watch: list[int] = field(default_factory=list)
 
 
 @request

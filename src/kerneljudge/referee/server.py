@@ -176,8 +176,8 @@ class Referee:
         session = self.session
         inputs = session.draw(request.seed, expect=False)
         times, _ = profile_calls(session.reference, inputs, self.device, calls=REFERENCE_PROFILE_CALLS)
-        total = sum(times.values()) or 1.0
-        heavy = sorted(op for op, t in times.items()
+        total = sum(t for t, _ in times.values()) or 1.0
+        heavy = sorted(op for op, (t, _) in times.items()
                        if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
         args = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]
         out = session.run(session.reference, args)

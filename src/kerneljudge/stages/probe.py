@@ -36,7 +36,10 @@ def _check_again(j: Judging, label: str, **flags) -> str | None:
 
 
 def probe_op_trace(j: Judging) -> list[Finding]:
-    """Rows 12-13: which of the candidate's own kernels ran, and which of the reference's heavy ops it calls."""
+    """Rows 12-13, 31: which of the candidate's own kernels ran (counted where they run: worker/optrace.py),
+    and which of the reference's heavy ops it calls. The share of the call's time (device time on a GPU)
+    its kernels took is reported, not judged: an honest epilogue kernel beside a library GEMM takes as
+    little as a decoy run on a scrap of data."""
     seed = _seed(j, "trace")
     reference = j.take(j.referee.call(protocol.ProfileReference(seed)), STAGE)
     j.info["reference_aliases"] = reference.get("aliases")
@@ -49,8 +52,9 @@ def probe_op_trace(j: Judging) -> list[Finding]:
     ops = set(protocol.strings(trace.get("ops", []), "ops", limit=100_000))
     heavy = list(reference.get("heavy_ops", []))
     called = [op for op in heavy if op in ops]
-    j.info["op_trace"] = {"own_kernels": own, "own_calls": own_calls, "reference_heavy_ops": heavy,
-                          "reference_ops_called": called,
+    share = protocol.number(trace.get("own_share", 0.0), "own_share", low=0.0, high=1.0)
+    j.info["op_trace"] = {"own_kernels": own, "own_calls": own_calls, "own_share": share,
+                          "reference_heavy_ops": heavy, "reference_ops_called": called,
                           "gpu_kernels": [k[0] for k in trace.get("kernels", [])[:20] if isinstance(k, list)]}
     j.info["trace"] = trace
     names = ", ".join(called)

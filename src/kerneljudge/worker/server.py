@@ -28,6 +28,7 @@ from kerneljudge.worker import build, optrace
 from kerneljudge.worker.calls import guarded
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
+from kerneljudge.worker.watch import TimedWatch
 
 POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
 Reply = tuple[dict[str, Any], list]
@@ -47,6 +48,7 @@ class Worker:
         self.device = torch.device("cpu")
         self.session: Session | None = None
         self.timed: TimedModel | None = None
+        self.watch = TimedWatch(self.device)
         self.reported_tampering: set[str] = set()
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
@@ -119,6 +121,7 @@ class Worker:
             problem_module = None
         constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
         notices = [notice] if notice else []
+        ops_before = optrace.registered_ops()
         module, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
             device=str(self.device), arch=request.arch, clock_ms=self.guard.wall_ms, constants=constants,
@@ -128,7 +131,8 @@ class Worker:
         model_new, missing = build.find_model_new(module, "build")
         if missing is not None:
             return _reply(notices + [missing], build=info.to_json())
-        self.session = Session(self.guard, self.device, build.Loaded(problem_module, module, model_new))
+        self.session = Session(self.guard, self.device, build.Loaded(problem_module, module, model_new),
+                               own_ops=optrace.own_ops(ops_before))
         return _reply(notices, build=info.to_json())
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
@@ -223,7 +227,7 @@ class Worker:
         if request.what == "threads":
             return self._threads(args)
         if request.what == "trace":
-            traced = guarded(lambda: optrace.trace(session, args), stage="probe", code="forward-error",
+            traced = guarded(lambda: optrace.trace(session, args, self.guard.clock_ns), stage="probe", code="forward-error",
                              what="ModelNew.forward (probe op-trace)", source_file=self._source())
             if traced.failure:
                 return _reply([traced.failure.finding], poisoned=traced.failure.poisoned)
@@ -293,8 +297,10 @@ class Worker:
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
+        self.watch = TimedWatch(self.device)
         made = guarded(lambda: TimedModel(lambda args: session.candidate(*args), session.loaded.problem,
-                                          self.device, request.set_seeds, request.method, self.guard.clock_ns),
+                                          self.device, request.set_seeds, request.method, self.guard.clock_ns,
+                                          after_call=self.watch.after_call),
                        stage="timing", code="forward-error", what="preparing the timed calls",
                        source_file=self._source())
         if made.failure:
@@ -304,11 +310,13 @@ class Worker:
 
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
+        self.watch.start_batch(request.watch)
         timed = guarded(lambda: self.timed.batch(request.first, request.count, refills), stage="timing",
                         code="forward-error", what="ModelNew.forward (while timed)", source_file=self._source())
         if timed.failure:
             return _reply([timed.failure.finding], poisoned=timed.failure.poisoned)
-        return _reply([], samples_ms=timed.value)
+        return _reply([], samples_ms=timed.value, threads=list(self.watch.threads),
+                      unjoined=self.watch.unjoined(self.timed.outputs))
 
     def export_output(self, request: protocol.ExportOutput, blobs: list) -> Reply:
         out = self.timed.outputs.get(request.index)

@@ -26,6 +26,7 @@ class Session:
     candidate: Any = None  # the ModelNew instance once constructed
     kept: dict[str, list] = field(default_factory=dict)  # argument buffers kept for a later call (probes)
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
+    own_ops: tuple[str, ...] = ()  # operators the candidate registered with torch while it was imported
 
     def call(self, args: list):
         """One candidate call in inference mode, the device synchronised before returning."""
