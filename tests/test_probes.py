@@ -36,7 +36,9 @@ def test_partial_cache_key_is_stale_when_another_parameter_changes_alone(fast):
     """Refreshes on gemm.weight only: all parameters changed together always include the weight, so only
     the changes of subtract or gemm.bias alone show it, and the finding names them (not the weight)."""
     result = judge(fast, "partial_cache_key")
-    assert result.verdict == "fail" and failing(result) == {"stale-parameters"}, explain(result)
+    # (a range probe that moves subtract or gemm.bias sees it too)
+    assert result.verdict == "fail" and "stale-parameters" in failing(result), explain(result)
+    assert failing(result) <= {"stale-parameters", "range-mismatch"}
     assert all(t.passed for t in result.trials)
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
     assert set(stale) == {"in-place", "replace"}  # a state-dict round trip changes the weight too
