@@ -142,3 +142,25 @@ def test_watched_timing_honest_control(fast):
     result = judge(fast, "@pytorch", timing=TIMED)
     assert result.verdict == "pass" and not failing(result), explain(result)
     assert result.timing["candidate"]["n"] == 24
+
+
+def test_range_plan_is_bounded_by_its_budget():
+    """In process, with a fake clock: each tried move costs 1 s of it; a 2.5 s budget tries three."""
+    import torch
+
+    from kerneljudge.referee import ranges
+
+    class Gelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.zeros(4))
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(x + self.bias)
+
+    ticks = iter(range(1000))
+    model, args = Gelu().double(), [torch.rand(8, 4) * 0.1]
+    bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
+    full = ranges.plan(model, args, 1, lambda: 0.0)
+    assert len(bounded["probes"]) < len(full["probes"]) == ranges.MAX_PROBES
+    assert full["sites"]["gelu#0"]["probed"] > full["sites"]["gelu#0"]["default"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,6 +41,7 @@ MAX_PROBES = 4
 MIN_PROBES = 2
 INPUTS = "inputs"  # a transform of every floating input
 SAMPLED_VALUES = 1 << 20  # values of an argument looked at
+PLAN_BUDGET_MS = 5000.0  # trying candidate transforms stops after this (each is one float64 forward)
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,11 @@ def _candidates(model64: torch.nn.Module, args: list, seed: int) -> list[Transfo
                                                                         for s in SHIFTS]
 
 
-def plan(model64: torch.nn.Module | None, args: list, seed: int) -> dict:
+def plan(model64: torch.nn.Module | None, args: list, seed: int, clock_ms: Callable[[], float],
+         budget_ms: float = PLAN_BUDGET_MS) -> dict:
     """The transforms to probe with (as JSON), chosen greedily by the curved range they add to what the
-    default draw covers, and what the default draw and the chosen ones cover (bins per op site)."""
+    default draw covers, and what the default draw and the chosen ones cover (bins per op site). Candidate
+    transforms stop being tried once `budget_ms` has passed (a large float64 model on a CPU)."""
     if model64 is None:
         return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}
     args64 = upcast(clone_args(args))
@@ -136,7 +140,10 @@ def plan(model64: torch.nn.Module | None, args: list, seed: int) -> dict:
     state = model64.state_dict(keep_vars=True)
     found: list[tuple[Transform, dict[str, set[int]], float]] = []
     overflowing = []
+    started = clock_ms()
     for transform in _candidates(model64, args, seed):
+        if clock_ms() - started > budget_ms:
+            break
         if transform.target in state:
             entry = state[transform.target]
             kept = entry.detach().clone()

@@ -164,7 +164,7 @@ class Referee:
 
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
         inputs = self.session.draw(request.seed, expect=False)
-        return ranges.plan(self.session.reference64, inputs, request.seed), []
+        return ranges.plan(self.session.reference64, inputs, request.seed, lambda: _clock_ns() / 1e6), []
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None
