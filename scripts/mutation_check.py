@@ -36,6 +36,7 @@ INTEGRITY = "tests/test_integrity.py"
 REFEREE = "tests/test_referee.py"
 ISOLATION = "tests/test_isolation.py"
 GPU = "tests/test_gpu.py"  # skipped without CUDA: the poison mutants are killed on the GPU (docs/mutation.md)
+PROBES = "tests/test_probes.py"
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,19 @@ MUTATIONS: tuple[Mutation, ...] = (
           ("unwritten-output", "probe_unwritten_output", (_k(INTEGRITY, "half_written"), _k(KILLS, "half_written"),
                                                           _k(GPU, "unwritten"))),
           ("refilled-inputs", "probe_refilled_inputs", (_k(INTEGRITY, "memo_by_address"),)),
-          ("parameters-in-place", "probe_parameters_in_place", (_k(INTEGRITY, "stale_after_in_place"),)),
-          ("parameters-replaced", "probe_parameters_replaced", (_k(INTEGRITY, "stale_after_in_place"),)),
+          ("parameters", "probe_parameters", (_k(INTEGRITY, "stale_after_in_place"),)),
+          ("ranges", "probe_ranges", (_k(PROBES, "tanh_gelu"),)),
       )),
+    # --- issue 14: each parameter alone, kernels where they run, timed calls watched ----------------------
+    Mutation("parameters-never-alone", "stages/probe.py",
+             'alone = alone_sample(names, _seed(j, "alone"))', "alone = []",
+             (_k(PROBES, "partial_cache_key"),)),
+    Mutation("native-calls-uncounted", "worker/optrace.py",
+             "name = self.functions.get(id(arg))", "name = None",
+             (_k(PROBES, "counted_however"),)),
+    Mutation("timed-threads-unwatched", "worker/watch.py",
+             "if threading.active_count() != self.count_before:", "if False:",
+             (_k(PROBES, "while_timed"),)),
     # --- stages/measure.py: timed-output checks, cross-check, floor, baselines' cache ---------------------
     Mutation("timed-checks-off", "stages/measure.py",
              "drawn = checked[\"calls\"] - 1 in forced or chooser.random() < CHECK_PROBABILITY", "drawn = False",

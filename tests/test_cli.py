@@ -247,6 +247,8 @@ def test_shipped_cpp_solution_builds_and_passes(kj):
     assert result["candidate"]["kinds"] == ["cpp"]
     assert result["build"]["cache"] in ("hit", "miss") and "kj_relu_cpp" in result["build"]["extensions"]
     assert result["problem"]["preset"] == "small"
+    # its extension function counted at the native boundary where it ran (issue 14)
+    assert result["probes"]["op_trace"]["own_calls"] == {"kj_relu_cpp.relu_forward": 1}
 
 
 def test_unknown_variant_exits_2(kj):

@@ -120,6 +120,11 @@ def _specs() -> dict[str, Spec]:
         Spec("impossible-speed", "fail", "Measured time is far below the memory floor",
              "The call moves fewer bytes than reading the inputs and writing the output needs: it is skipping work "
              "(replay, caching or deferred work).", catalog_row=16),
+        # issue 14: probes
+        Spec("range-mismatch", "fail", "Output is wrong for inputs or parameters moved across their legal range",
+             "Compute exactly for any inputs and parameters, not only for the default draw: approximations "
+             "(tanh GELU, low-order series, low precision) must hold over the whole range of their argument.",
+             catalog_row=30),
         # --- warnings: suspicious, confirmed or not at run time --------------------------------------
         Spec("lint-fallback", "warn", "try/except around the computation",
              "Let errors propagate; a fallback path hides a failing kernel.", catalog_row=12),

@@ -73,11 +73,14 @@ class TimeSetup(Request):
 class TimeBatch(Request):
     """Time calls first..first+count-1 (call i uses input set i % sets), back to back with a cache flush
     before each; `refills` maps a call index to a seed whose inputs go into that set before the call.
-    The reply is sent after a device-wide synchronisation. Reply: samples_ms."""
+    The reply is sent after a device-wide synchronisation. Reply: samples_ms; from the worker also threads
+    (left running after a timed call) and unjoined (of the `watch` calls, those whose output changed after
+    the call returned: worker/watch.py)."""
     op: ClassVar[str] = "time-batch"
     first: int
     count: int
     refills: dict[str, int] = field(default_factory=dict)
+    watch: list[int] = field(default_factory=list)
 
 
 @request
@@ -133,6 +136,7 @@ class MakeInputs(Request):
     expect: bool = True  # False: inputs only (a call whose output is not compared)
     float64: bool = True  # False: the native reference only (a timed output's check)
     send: bool = True  # False: keep the inputs here (the worker drew the same ones from the seed)
+    transform: dict[str, Any] | None = None  # a range probe's transform of the inputs (referee/ranges.py)
 
 
 @request
@@ -140,7 +144,9 @@ class MakeInputs(Request):
 class Compare(Request):
     """Compare a candidate output (blobs) with the kept reference outputs of `seed`; `inputs_after`
     (blobs) are the candidate's inputs after its call, checked bit for bit. `rule`: "strict" (float64
-    truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64).
+    truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64),
+    "range" (float64 truth, atol relative to the output's magnitude; instead of a trial, `skipped` with
+    the reason where the reference overflows or is ill-conditioned there: referee/ranges.py).
     Reply: trial, findings, unwritten (outputs NaN where the reference is not)."""
     op: ClassVar[str] = "compare"
     seed: int
@@ -173,6 +179,31 @@ class Perturb(Request):
     seed: int
     names: list[str] | None = None
     replace: bool = False  # new values for the parameters, as new objects would bring
+
+
+@request
+@dataclass(frozen=True)
+class StateEntries(Request):
+    """The reference's floating state-dict entries (parameters and buffers) a probe may change, in order."""
+    op: ClassVar[str] = "state-entries"
+
+
+@request
+@dataclass(frozen=True)
+class RangePlan(Request):
+    """The range probes for this problem (referee/ranges.py), chosen on inputs from `seed`. Reply: probes
+    (transforms), skipped (reasons), sites (the curved ranges covered, by default and with the probes)."""
+    op: ClassVar[str] = "range-plan"
+    seed: int
+
+
+@request
+@dataclass(frozen=True)
+class RangeSet(Request):
+    """Undo the previous range probe's change of a state entry and apply `transform`'s (None: undo only).
+    Reply: the entries that changed (blobs), for the worker."""
+    op: ClassVar[str] = "range-set"
+    transform: dict[str, Any] | None = None
 
 
 @request
@@ -252,11 +283,13 @@ class Forward(Request):
 @request
 @dataclass(frozen=True)
 class SetState(Request):
-    """Write the reference's changed entries (blobs) into ModelNew: in place, or as new Parameter objects."""
+    """Write the reference's changed entries (blobs) into ModelNew: `how` is "in-place" (copied into the
+    tensors it holds), "replace" (new Parameter or buffer objects) or "state-dict" (a round trip: its own
+    state_dict, with these entries changed, loaded back with load_state_dict)."""
     op: ClassVar[str] = "set-state"
     names: list[str]
     state: list[dict[str, Any]]
-    replace: bool = False
+    how: str = "in-place"
 
 
 @request

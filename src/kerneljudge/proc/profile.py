@@ -5,6 +5,7 @@ Shared by the referee (the reference's heavy ops) and the worker (what the candi
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +25,10 @@ class KernelRecord:
     end_ns: int
 
 
-def profile_calls(model, args: list, device: torch.device, *, bracket: bool = False,
-                  calls: int = 1) -> tuple[dict[str, float], list[KernelRecord]]:
-    """Time per op name (device time on a GPU, CPU self time otherwise) and the GPU kernels with streams.
+def profile_calls(model, args: list, device: torch.device, *, bracket: bool = False, calls: int = 1,
+                  around=contextlib.nullcontext()) -> tuple[dict[str, tuple[float, int]], list[KernelRecord]]:
+    """Per op name its time in microseconds (device time on a GPU, CPU self time otherwise) and how many
+    times it ran; and the GPU kernels with streams. `around` is entered around the calls alone.
 
     With `bracket` on a GPU, the caller's stream is held by a spin kernel while the call enqueues its
     work, and a second spin is launched right after the call returns: work on another stream that
@@ -42,17 +44,17 @@ def profile_calls(model, args: list, device: torch.device, *, bracket: bool = Fa
     with profile(use_kineto=True, use_device="cuda" if on_gpu else None) as prof:
         if on_gpu and bracket:
             torch.cuda._sleep(HOLD_CYCLES)
-        with torch.inference_mode():
+        with torch.inference_mode(), around:
             for _ in range(calls):
                 model(*call_args)
         if on_gpu and bracket:
             torch.cuda._sleep(1000)
         synchronize(device)
-    times: dict[str, float] = {}
+    times: dict[str, tuple[float, int]] = {}
     for event in prof.key_averages():
         # GPU: an op's time is in the kernels it launched (inclusive); CPU: the op's own time
         gpu_time = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-        times[event.key] = float(gpu_time if on_gpu else event.self_cpu_time_total)
+        times[event.key] = (float(gpu_time if on_gpu else event.self_cpu_time_total), int(event.count))
     records = []
     if on_gpu:
         for event in prof.kineto_results.events():

@@ -30,8 +30,8 @@ class TimedModel:
     """One model being timed: its input sets, its timer, and the outputs of the last batch."""
 
     def __init__(self, call: Callable[[list], Any], problem, device: torch.device, set_seeds: list[int],
-                 method: str, clock_ns: Callable[[], int]):
-        self.call, self.problem, self.device = call, problem, device
+                 method: str, clock_ns: Callable[[], int], after_call: Callable[[int, Any], None] | None = None):
+        self.call, self.problem, self.device, self.after_call = call, problem, device, after_call
         first = make_inputs(problem, set_seeds[0], device)
         per_set = max(1, timing.tensor_bytes(first))
         budget = min(INPUT_SET_BUDGET_BYTES, memory.device_free_bytes(device) // INPUT_SET_FREE_SHARE)
@@ -60,6 +60,8 @@ class TimedModel:
 
     def _one(self, i: int):
         out = self.call(self.sets[i % len(self.sets)])
+        if self.after_call is not None:  # the worker's watch (worker/watch.py), before the candidate runs again
+            self.after_call(i, out)
         self.outputs[i] = out
         return out
 

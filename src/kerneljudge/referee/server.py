@@ -21,7 +21,7 @@ from kerneljudge.proc.inputs import same_bits, seed_generators
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
-from kerneljudge.referee import compare
+from kerneljudge.referee import compare, ranges
 from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession, perturb
 
 HEAVY_SHARE = 0.10  # an op taking this share of the reference's profiled time is one of its heavy ops
@@ -53,6 +53,8 @@ class Referee:
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
+            protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan,
+            protocol.RangeSet: self.range_set,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
@@ -105,7 +107,8 @@ class Referee:
     def make_inputs(self, request: protocol.MakeInputs, blobs: list) -> Reply:
         try:
             inputs = self.session.draw(request.seed, kernelbench=request.kernelbench, expect=request.expect,
-                                       float64=request.float64)
+                                       float64=request.float64, transform=request.transform and
+                                       ranges.Transform.from_json(request.transform))
         except Exception as exc:  # noqa: BLE001 - the problem's get_inputs or the reference's forward
             failure = classify(exc, stage="check", code="problem-error", what="the reference (inputs or forward)")
             return {"findings": [failure.finding.to_json()]}, []
@@ -137,6 +140,12 @@ class Referee:
                                        "its input tensors", stage="check", trial=request.index))
         if request.rule == "kernelbench":
             result = compare.compare_allclose(request.index, received, kept.expected, request.atol, request.rtol)
+        elif request.rule == "range":
+            atol, rtol, skipped = ranges.tolerance(kept.expected, kept.expected64,
+                                                   *compare.tolerance(kept.expected, request.atol, request.rtol))
+            if skipped:
+                return {"skipped": skipped}, []
+            result = compare.compare(request.index, received, kept.expected, kept.expected64, atol, rtol)
         else:
             atol, rtol = compare.tolerance(kept.expected, request.atol, request.rtol)
             truth = kept.expected64 if request.rule == "strict" else None
@@ -152,9 +161,22 @@ class Referee:
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
         names = perturb(self.session.reference, request.seed, request.names, replace=request.replace,
-                                device=self.device)
+                        device=self.device)
         self.session.refresh64()
         names, tensors = self.session.state(names)
+        meta, state_blobs = tensorwire.pack_values(tensors)
+        return {"names": names, "state": meta}, state_blobs
+
+    def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
+        return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
+
+    def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
+        inputs = self.session.draw(request.seed, expect=False)
+        return ranges.plan(self.session.reference64, inputs, request.seed, lambda: _clock_ns() / 1e6), []
+
+    def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
+        transform = ranges.Transform.from_json(request.transform) if request.transform else None
+        names, tensors = self.session.state(self.session.set_range(transform))
         meta, state_blobs = tensorwire.pack_values(tensors)
         return {"names": names, "state": meta}, state_blobs
 
@@ -162,8 +184,8 @@ class Referee:
         session = self.session
         inputs = session.draw(request.seed, expect=False)
         times, _ = profile_calls(session.reference, inputs, self.device, calls=REFERENCE_PROFILE_CALLS)
-        total = sum(times.values()) or 1.0
-        heavy = sorted(op for op, t in times.items()
+        total = sum(t for t, _ in times.values()) or 1.0
+        heavy = sorted(op for op, (t, _) in times.items()
                        if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
         args = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]
         out = session.run(session.reference, args)

@@ -16,6 +16,7 @@ import torch
 from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
+from kerneljudge.referee.ranges import Transform
 
 KERNELBENCH_SEED = 42
 
@@ -41,6 +42,7 @@ class RefereeSession:
     plan: Float64Plan
     kept: dict[int, Expectation] = field(default_factory=dict)
     footprint: dict[str, int] = field(default_factory=dict)  # measured on the first expectation
+    range_originals: dict[str, torch.Tensor] = field(default_factory=dict)  # entries a range probe changed
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
@@ -78,9 +80,11 @@ class RefereeSession:
         synchronize(self.device)
         return out
 
-    def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True) -> list:
-        """Inputs from `seed`, with the expectation kept under the seed; returns what the candidate gets.
-        Under KernelBench's protocol the reference runs first on the very tensors the candidate gets."""
+    def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True,
+             transform: Transform | None = None) -> list:
+        """Inputs from `seed` (moved by a range probe's `transform`), with the expectation kept under the
+        seed; returns what the candidate gets. Under KernelBench's protocol the reference runs first on the
+        very tensors the candidate gets."""
         if kernelbench:
             seed_generators(seed, self.device)
             inputs = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in self.problem.get_inputs()]
@@ -91,6 +95,8 @@ class RefereeSession:
             self.kept[seed] = Expectation(clone_args(inputs), expected, None)
             return inputs
         inputs = make_inputs(self.problem, seed, self.device)
+        if transform is not None:
+            inputs = transform.inputs(inputs)
         if expect:
             self.kept[seed] = self.expect(inputs, float64)
         return inputs
@@ -118,6 +124,22 @@ class RefereeSession:
                 torch.cuda.empty_cache()  # the float64 run's freed blocks go back to the device, for the worker
         return Expectation(inputs, expected, expected64)
 
+    def set_range(self, transform: Transform | None) -> list[str]:
+        """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
+        entry): the names of the entries that changed."""
+        state = self.reference.state_dict(keep_vars=True)
+        names = list(self.range_originals)
+        with torch.no_grad():
+            for name in names:
+                state[name].copy_(self.range_originals.pop(name))
+            if transform is not None and transform.target in state:
+                entry = state[transform.target]
+                self.range_originals[transform.target] = entry.detach().clone()
+                entry.mul_(transform.scale).add_(transform.shift)
+                names.append(transform.target)
+        self.refresh64()
+        return names
+
     def refresh64(self) -> None:
         if self.reference64 is not None:
             self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
@@ -128,7 +150,7 @@ def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, repla
     """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
     0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
     zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring. Returns the names changed."""
+    new parameter objects would bring (buffers are scaled either way). Returns the names changed."""
     generator = torch.Generator(device).manual_seed(seed)
     parameters = {n for n, _ in model.named_parameters()}
     changed = []
@@ -136,9 +158,7 @@ def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, repla
         for name, t in model.state_dict(keep_vars=True).items():
             if (names is not None and name not in names) or not t.is_floating_point():
                 continue
-            if replace:
-                if name not in parameters:
-                    continue
+            if replace and name in parameters:
                 t.copy_(_uniform(t, generator, -0.5, 0.5))
             else:
                 t.mul_(_uniform(t, generator, 0.5, 1.5))

@@ -29,6 +29,8 @@ STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
+WATCH_PROBABILITY = 0.0625  # GPU: each timed call's stream order is read with this probability ...
+WATCHED_CALLS = 6  # ... up to this many per measurement (each read is a copy of the output inside its call)
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
@@ -87,13 +89,20 @@ class RemoteTimer:
     """A `timing.CallTimer` whose calls run in another process, a batch per request, each request timed by
     the judge's clock (after the pacer's rest). `before(i)` may leave a refill seed in `refills` for call i."""
 
-    def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None):
+    def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None,
+                 *, watch: bool = False):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
         self.pacer = pacer or Pacer(0.0, clock_ms)
         self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
+        # the candidate's timed calls watched from inside its batches (worker/watch.py): calls whose stream
+        # order is read, chosen here in secret; what the worker saw
+        self.watch_left = WATCHED_CALLS if watch else 0
+        self.chooser = random.SystemRandom()
+        self.threads: list[str] = []
+        self.unjoined: list[int] = []
 
     def time_call(self, fn) -> float:
         return self.time_calls([fn])[0]
@@ -105,15 +114,19 @@ class RemoteTimer:
         first, count = calls[0].index, len(calls)
         self.next_call = max(self.next_call, first + count)
         refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
+        watch = [i for i in range(first, first + count) if self.chooser.random() < WATCH_PROBABILITY][:self.watch_left]
+        self.watch_left -= len(watch)
         self.pacer.rest()
         started = self.clock_ms()
-        reply = self.process.call(protocol.TimeBatch(first, count, refills))
+        reply = self.process.call(protocol.TimeBatch(first, count, refills, watch))
         self.pacer.last_reply_ms = self.clock_ms()
         wall = self.pacer.last_reply_ms - started
         if reply.get("findings") or reply.get("error"):
             self.findings = [Finding.from_json(f) for f in reply.get("findings") or []]
             raise TimedCallFailed(reply.get("error") or "a timed call failed")
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
+        self.threads = protocol.strings(reply.get("threads", []), "threads") or self.threads
+        self.unjoined += [int(i) for i in protocol.numbers(reply.get("unjoined", []), "unjoined") if int(i) in watch]
         self.slacks_ms.append((wall - math.fsum(samples)) / count)
         return samples
 
@@ -188,7 +201,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
     on_gpu = j.device.startswith("cuda")
-    timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms))
+    timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms),
+                        watch=process is j.worker and on_gpu)
     # enough batches for the cross-check's medians, where the budget allows
     least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
@@ -255,7 +269,23 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     except protocol.Untrusted as exc:
         j.findings.append(Finding.of("tampering", f"the {model} timing's reply was malformed: {exc}", stage=STAGE))
         raise StageEnded() from None
+    j.findings.extend(_watched(timer))
     return measured, timer, checked["n"], None
+
+
+def _watched(timer: RemoteTimer) -> list[Finding]:
+    """What the worker saw of the timed calls themselves (worker/watch.py): a candidate that behaves only
+    while timed (by its stack, a call count, the phase) is seen there, not by the probes."""
+    found = []
+    if timer.threads:
+        found.append(Finding.of("thread-spawn", f"while timed: thread(s) {', '.join(timer.threads[:5])} were still "
+                                "running after a timed call returned", stage=STAGE, threads=timer.threads[:20]))
+    if timer.unjoined:
+        found.append(Finding.of("unsynchronized-work", f"while timed: the output of timed call(s) "
+                                f"{', '.join(map(str, timer.unjoined[:5]))}, read in the caller's stream order right "
+                                "after the call, differs from the output after the batch's synchronisation (work "
+                                "left running on another stream)", stage=STAGE, calls=timer.unjoined[:20]))
+    return found
 
 
 def _parts(opts) -> dict[str, str]:

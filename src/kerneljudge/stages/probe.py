@@ -11,6 +11,7 @@ is no better than silence (README: what the judge trusts).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,7 +36,10 @@ def _check_again(j: Judging, label: str, **flags) -> str | None:
 
 
 def probe_op_trace(j: Judging) -> list[Finding]:
-    """Rows 12-13: which of the candidate's own kernels ran, and which of the reference's heavy ops it calls."""
+    """Rows 12-13, 31: which of the candidate's own kernels ran (counted where they run: worker/optrace.py),
+    and which of the reference's heavy ops it calls. The share of the call's time (device time on a GPU)
+    its kernels took is reported, not judged: an honest epilogue kernel beside a library GEMM takes as
+    little as a decoy run on a scrap of data."""
     seed = _seed(j, "trace")
     reference = j.take(j.referee.call(protocol.ProfileReference(seed)), STAGE)
     j.info["reference_aliases"] = reference.get("aliases")
@@ -48,8 +52,9 @@ def probe_op_trace(j: Judging) -> list[Finding]:
     ops = set(protocol.strings(trace.get("ops", []), "ops", limit=100_000))
     heavy = list(reference.get("heavy_ops", []))
     called = [op for op in heavy if op in ops]
-    j.info["op_trace"] = {"own_kernels": own, "own_calls": own_calls, "reference_heavy_ops": heavy,
-                          "reference_ops_called": called,
+    share = protocol.number(trace.get("own_share", 0.0), "own_share", low=0.0, high=1.0)
+    j.info["op_trace"] = {"own_kernels": own, "own_calls": own_calls, "own_share": share,
+                          "reference_heavy_ops": heavy, "reference_ops_called": called,
                           "gpu_kernels": [k[0] for k in trace.get("kernels", [])[:20] if isinstance(k, list)]}
     j.info["trace"] = trace
     names = ", ".join(called)
@@ -174,28 +179,102 @@ def probe_refilled_inputs(j: Judging) -> list[Finding]:
     return []
 
 
-def _parameters_changed(j: Judging, label: str, *, replace: bool) -> list[Finding]:
-    """Row 1: a warm call (caches fill), the referee changes the parameters, the worker gets the same
-    change (in place, or as new parameter objects), and on new inputs the candidate must match again."""
-    j.forward(j.draw(_seed(j, f"{label}-warm"), STAGE, expect=False), STAGE)
-    changed = j.take(j.referee.call(protocol.Perturb(_seed(j, f"{label}-values"), None, replace)), STAGE)
+# How a probe hands a parameter change to the worker (protocol.SetState.how), as its messages say it.
+CHANGES = {"in-place": "changed in place", "replace": "replaced by new objects",
+           "state-dict": "loaded back through a state-dict round trip"}
+MAX_ALONE = 6  # entries changed one at a time per way of changing; beyond it a secret sample (bounded cost)
+
+
+def _change(j: Judging, label: str, names: list[str] | None, how: str) -> str | None:
+    """The referee changes `names` (None: every entry) from a secret seed, the worker gets the same change
+    the `how` way, and on new inputs the candidate must match again: the failure, or None. The previous
+    call warmed whatever the candidate caches."""
+    changed = j.take(j.referee.call(protocol.Perturb(_seed(j, f"{label}-values"), names, how == "replace")), STAGE)
     if not changed.get("names"):
+        return None
+    j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"], how), changed["_blobs"]), STAGE)
+    return _check_again(j, f"{label}-check")
+
+
+def alone_sample(names: list[str], seed: int, cap: int = MAX_ALONE) -> list[str]:
+    """The entries changed one at a time: all of them, or `cap` drawn with the run's secret seed (a
+    candidate cannot know which of its parameters will be changed alone), in state-dict order."""
+    if len(names) <= cap:
+        return list(names)
+    chosen = set(random.Random(seed).sample(names, cap))
+    return [n for n in names if n in chosen]
+
+
+def probe_parameters(j: Judging) -> list[Finding]:
+    """Rows 1 and 29: derived values must follow every parameter and buffer. A warm call fills the
+    candidate's caches; then each entry is changed alone (in place, then by new objects), then all of them
+    together, then a state-dict round trip; after each change the candidate must match on new inputs.
+    A cache keyed on one parameter only passes the changes of all together, not those of the others alone."""
+    names = protocol.strings(j.take(j.referee.call(protocol.StateEntries()), STAGE).get("names"), "names")
+    alone = alone_sample(names, _seed(j, "alone"))
+    j.info["parameters_changed_alone"] = {"entries": len(names), "changed_alone": alone}
+    j.forward(j.draw(_seed(j, "params-warm"), STAGE, expect=False), STAGE)
+    findings = []
+    for how in ("in-place", "replace"):
+        stale = {name: failed for name in alone
+                 if (failed := _change(j, f"{how}:{name}", [name], how))}
+        together = _change(j, f"{how}:all", None, how)
+        findings += _stale(how, stale, together)
+    findings += _stale("state-dict", {}, _change(j, "state-dict", None, "state-dict"))
+    return findings
+
+
+def _stale(how: str, alone: dict[str, str], together: str | None) -> list[Finding]:
+    """One finding per way of changing, naming the entries that, changed alone, left the output stale."""
+    if not alone and not together:
         return []
-    j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"], replace), changed["_blobs"]), STAGE)
-    failed = _check_again(j, f"{label}-check")
-    what = "the parameter objects were replaced by new ones" if replace else "the parameters were changed in place"
-    if failed:
-        return [Finding.of("stale-parameters", f"after {what} (both models alike), the output no longer matches: "
-                           f"{failed}", stage=STAGE)]
-    return []
+    which = ([f"{', '.join(alone)} changed alone"] if alone else []) + (["all changed together"] if together else [])
+    return [Finding.of("stale-parameters", f"after the parameters were {CHANGES[how]} (both models alike), the "
+                       f"output no longer matches ({'; '.join(which)}): {next(iter(alone.values()), together)}",
+                       stage=STAGE, parameters=list(alone), change=how, together=bool(together))]
 
 
-def probe_parameters_in_place(j: Judging) -> list[Finding]:
-    return _parameters_changed(j, "params", replace=False)
+def probe_ranges(j: Judging) -> list[Finding]:
+    """Row 30: inputs and parameters moved (scaled, sign-flipped, shifted) so that the reference's
+    nonlinear ops see their curved range; the referee chooses the moves from the problem itself
+    (referee/ranges.py) and compares against float64 with a tolerance relative to the output's magnitude.
+    The state entries are put back afterwards."""
+    plan = j.take(j.referee.call(protocol.RangePlan(_seed(j, "range-plan"))), STAGE)
+    transforms = [t for t in plan.get("probes", []) if isinstance(t, dict)]
+    skipped = [str(s) for s in plan.get("skipped", [])]
+    missed = []
+    for number, transform in enumerate(transforms):
+        _set_range(j, transform)
+        seed = _seed(j, f"range-{number}")
+        drawn = j.take(j.referee.call(protocol.MakeInputs(seed, transform=transform)), STAGE)
+        reply = j.forward(drawn, STAGE)
+        check = j.options.check
+        answer = j.referee.call(protocol.Compare(seed, 0, reply["output"], None, check.atol, check.rtol, "range"),
+                                reply["_blobs"])
+        if answer.get("error"):
+            j.take(answer, STAGE)  # a referee fault ends the stage
+        if answer.get("skipped"):
+            skipped.append(f"{transform['label']}: {answer['skipped']}")
+        elif "trial" in answer and not answer["trial"]["passed"]:
+            missed.append((transform["label"], answer["trial"].get("message") or "outputs differ"))
+    if transforms:
+        _set_range(j, None)
+    j.info["ranges"] = {"probes": [t.get("label") for t in transforms], "sites": plan.get("sites", {}),
+                        "skipped": skipped}
+    findings = [Finding.of("probe-skipped", f"range probes: {'; '.join(skipped)}", stage=STAGE, probes=["ranges"])
+                ] if skipped else []
+    if missed:
+        findings.append(Finding.of("range-mismatch", f"with {missed[0][0]} the output no longer matches: "
+                                   f"{missed[0][1]}" + (f" (also with {', '.join(m[0] for m in missed[1:])})"
+                                                        if len(missed) > 1 else ""),
+                                   stage=STAGE, transforms=[m[0] for m in missed]))
+    return findings
 
 
-def probe_parameters_replaced(j: Judging) -> list[Finding]:
-    return _parameters_changed(j, "replace", replace=True)
+def _set_range(j: Judging, transform: dict | None) -> None:
+    changed = j.take(j.referee.call(protocol.RangeSet(transform)), STAGE)
+    if changed.get("names"):
+        j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"]), changed["_blobs"]), STAGE)
 
 
 @dataclass(frozen=True)
@@ -215,8 +294,8 @@ PROBES = (
     Probe("unwritten-output", probe_unwritten_output),
     Probe("streams", probe_streams, devices=("cuda",)),
     Probe("refilled-inputs", probe_refilled_inputs),
-    Probe("parameters-in-place", probe_parameters_in_place),
-    Probe("parameters-replaced", probe_parameters_replaced),
+    Probe("parameters", probe_parameters),
+    Probe("ranges", probe_ranges),
 )
 
 

@@ -29,6 +29,7 @@ from kerneljudge.worker import build, optrace
 from kerneljudge.worker.calls import guarded
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
+from kerneljudge.worker.watch import TimedWatch
 
 POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
 POISON_EXTRA_BYTES = 1 << 30  # the large poisoned block on a GPU, beyond one per output size
@@ -49,6 +50,7 @@ class Worker:
         self.device = torch.device("cpu")
         self.session: Session | None = None
         self.timed: TimedModel | None = None
+        self.watch = TimedWatch(self.device)
         self.reported_tampering: set[str] = set()
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
@@ -122,6 +124,7 @@ class Worker:
             problem_module = None
         constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
         notices = [notice] if notice else []
+        ops_before = optrace.registered_ops()
         module, info, failure = build.import_candidate(
             candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
             device=str(self.device), arch=request.arch, clock_ms=self.guard.wall_ms, constants=constants,
@@ -131,7 +134,8 @@ class Worker:
         model_new, missing = build.find_model_new(module, "build")
         if missing is not None:
             return _reply(notices + [missing], build=info.to_json())
-        self.session = Session(self.guard, self.device, build.Loaded(problem_module, module, model_new))
+        self.session = Session(self.guard, self.device, build.Loaded(problem_module, module, model_new),
+                               own_ops=optrace.own_ops(ops_before))
         return _reply(notices, build=info.to_json())
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
@@ -202,15 +206,23 @@ class Worker:
         session = self.session
         values = tensorwire.unpack_values(request.state, blobs, self.device)
         candidate_state = session.candidate.state_dict(keep_vars=True)
+        changed = {name: value for name, value in zip(request.names, values) if name in candidate_state}
         with torch.no_grad():
-            for name, value in zip(request.names, values):
-                if name not in candidate_state:
-                    continue
-                if request.replace:  # a new object, in the candidate's own dtype, device and layout
+            if request.how == "state-dict":  # its own state dict, these entries changed, loaded back
+                state = {name: t.detach().clone() for name, t in session.candidate.state_dict().items()}
+                loaded = guarded(lambda: session.candidate.load_state_dict({**state, **changed}),
+                                 stage="probe", code="forward-error", what="ModelNew.load_state_dict",
+                                 source_file=self._source())
+                if loaded.failure:
+                    return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
+                return _reply([])
+            for name, value in changed.items():
+                if request.how == "replace":
                     owner, attr = _owner(session.candidate, name)
                     old = getattr(owner, attr)
-                    fresh = torch.empty_like(old.detach()).copy_(value)
-                    setattr(owner, attr, torch.nn.Parameter(fresh, requires_grad=old.requires_grad))
+                    fresh = torch.empty_like(old.detach()).copy_(value)  # the candidate's dtype, device, layout
+                    setattr(owner, attr, torch.nn.Parameter(fresh, requires_grad=old.requires_grad)
+                            if isinstance(old, torch.nn.Parameter) else fresh)
                 else:
                     candidate_state[name].copy_(value)
         return _reply([])
@@ -221,7 +233,7 @@ class Worker:
         if request.what == "threads":
             return self._threads(args)
         if request.what == "trace":
-            traced = guarded(lambda: optrace.trace(session, args), stage="probe", code="forward-error",
+            traced = guarded(lambda: optrace.trace(session, args, self.guard.clock_ns), stage="probe", code="forward-error",
                              what="ModelNew.forward (probe op-trace)", source_file=self._source())
             if traced.failure:
                 return _reply([traced.failure.finding], poisoned=traced.failure.poisoned)
@@ -291,11 +303,13 @@ class Worker:
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
+        self.watch = TimedWatch(self.device)
         call = lambda args: session.candidate(*args)  # noqa: E731
         if session.seeding is not None:
             call = session.seeding.timed(call)
         made = guarded(lambda: TimedModel(call, session.loaded.problem,
-                                          self.device, request.set_seeds, request.method, self.guard.clock_ns),
+                                          self.device, request.set_seeds, request.method, self.guard.clock_ns,
+                                          after_call=self.watch.after_call),
                        stage="timing", code="forward-error", what="preparing the timed calls",
                        source_file=self._source())
         if made.failure:
@@ -305,11 +319,13 @@ class Worker:
 
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
+        self.watch.start_batch(request.watch)
         timed = guarded(lambda: self.timed.batch(request.first, request.count, refills), stage="timing",
                         code="forward-error", what="ModelNew.forward (while timed)", source_file=self._source())
         if timed.failure:
             return _reply([timed.failure.finding], poisoned=timed.failure.poisoned)
-        return _reply([], samples_ms=timed.value)
+        return _reply([], samples_ms=timed.value, threads=list(self.watch.threads),
+                      unjoined=self.watch.unjoined(self.timed.outputs))
 
     def memory_report(self, request: protocol.MemoryReport, blobs: list) -> Reply:
         return _reply([], **memory.peaks(self.device, self.baseline_rss_bytes))

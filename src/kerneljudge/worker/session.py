@@ -28,6 +28,7 @@ class Session:
     kept: dict[str, list] = field(default_factory=dict)  # argument buffers kept for a later call (probes)
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
     seeding: CallSeeding | None = None  # set at construction: the generators' seed before each call
+    own_ops: tuple[str, ...] = ()  # operators the candidate registered with torch while it was imported
 
     def call(self, args: list):
         """One candidate call in inference mode (the generators seeded as the referee seeds them before

@@ -1,0 +1,205 @@
+"""Range probes, in the referee: inputs and parameters moved so the reference's nonlinear ops see their
+curved range, and the tolerance those probes are held to.
+
+`get_inputs()` and a freshly initialised model often keep a nonlinear op's argument in a narrow band
+(GELU's within |z| < 1 for level2/51), where an approximation (tanh GELU) is as good as the real thing.
+Which inputs or parameters to move, and how, is found here generically, not per problem: the float64
+reference runs under a dispatch mode that records the argument of every nonlinear op, on the default
+draw and on each candidate transform (one input or one parameter scaled x0.1, x10, x100, sign-flipped,
+or shifted by +-1, +-3); the transforms that add most of the curved ranges not yet covered are chosen
+greedily. The tolerance of a range probe is relative to the output's magnitude (README: "Range probes
+and their tolerance"); where the reference itself overflows or is ill-conditioned the probe is skipped
+and says why.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kerneljudge.proc.inputs import clone_args, upcast
+from kerneljudge.referee.compare import as_tensors
+
+# aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
+CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "silu": (-6.0, 6.0),
+          "erf": (-3.0, 3.0), "softplus": (-4.0, 4.0), "elu": (-4.0, 0.0), "selu": (-4.0, 0.0),
+          "celu": (-4.0, 0.0), "mish": (-5.0, 5.0), "hardswish": (-3.0, 3.0), "hardsigmoid": (-3.0, 3.0),
+          "log_sigmoid_forward": (-6.0, 6.0), "exp": (-6.0, 3.0),
+          # along the reduced dimension, relative to its maximum: logits with spread
+          "softmax": (-8.0, 0.0), "_softmax": (-8.0, 0.0), "log_softmax": (-8.0, 0.0),
+          "_log_softmax": (-8.0, 0.0), "logsumexp": (-8.0, 0.0)}
+CENTERED = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "logsumexp"})
+BINS = 16  # a curved range is covered bin by bin
+SCALES = (0.1, 10.0, 100.0, -1.0)
+SHIFTS = (-3.0, -1.0, 1.0, 3.0)
+MAX_TENSORS = 8  # inputs and state entries tried (entries beyond it sampled with the secret seed)
+MAX_PROBES = 4
+MIN_PROBES = 2
+INPUTS = "inputs"  # a transform of every floating input
+SAMPLED_VALUES = 1 << 20  # values of an argument looked at
+PLAN_BUDGET_MS = 5000.0  # trying candidate transforms stops after this (each is one float64 forward)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """`target` (INPUTS, "input:N" or a state-dict entry) becomes target * scale + shift."""
+
+    target: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.target} x{self.scale:g}" if self.shift == 0 else f"{self.target} {self.shift:+g}"
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Transform":
+        return cls(str(data["target"]), float(data["scale"]), float(data["shift"]))
+
+    def applies_to_input(self, index: int) -> bool:
+        return self.target in (INPUTS, f"input:{index}")
+
+    def inputs(self, args: list) -> list:
+        return [a * self.scale + self.shift if isinstance(a, torch.Tensor) and a.is_floating_point()
+                and self.applies_to_input(i) else a for i, a in enumerate(args)]
+
+
+FALLBACKS = (Transform(INPUTS, scale=-1.0), Transform(INPUTS, scale=10.0))
+
+
+class _Recorder(TorchDispatchMode):
+    """Which bins of each nonlinear op's curved range the arguments fell in, per op site (name, occurrence)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bins: dict[str, set[int]] = {}
+        self.seen: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in CURVED and args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
+            x = args[0].detach()
+            if name in CENTERED:
+                dims = args[1] if len(args) > 1 else -1
+                x = x - x.amax(dim=dims, keepdim=True)
+            site = f"{name}#{self.seen.get(name, 0)}"
+            self.seen[name] = self.seen.get(name, 0) + 1
+            low, high = CURVED[name]
+            values = x.reshape(-1)[:SAMPLED_VALUES]
+            values = values[(values >= low) & (values < high)]
+            self.bins[site] = set(((values - low) * (BINS / (high - low))).long().clamp(0, BINS - 1).unique().tolist())
+        return func(*args, **(kwargs or {}))
+
+
+def _covered(model: torch.nn.Module, args: list) -> tuple[dict[str, set[int]], float] | None:
+    """The bins the call covers per op site and the output's root mean square, or None when the output is
+    not finite (overflow)."""
+    recorder = _Recorder()
+    with torch.inference_mode(), recorder:
+        out = model(*args)
+    outs = [o for o in (as_tensors(out) or []) if o.is_floating_point()]
+    if any(not bool(torch.isfinite(o).all()) for o in outs):
+        return None
+    return recorder.bins, _rms(outs)
+
+
+def _rms(tensors: list) -> float:
+    count = sum(t.numel() for t in tensors)
+    return (sum(float((t.double() * t.double()).sum()) for t in tensors) / max(count, 1)) ** 0.5
+
+
+def _candidates(model64: torch.nn.Module, args: list, seed: int) -> list[Transform]:
+    floating = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    entries = [n for n, t in model64.state_dict().items() if t.is_floating_point()]
+    targets = [f"input:{i}" for i in floating] + entries
+    if len(targets) > MAX_TENSORS:
+        chosen = set(random.Random(seed).sample(targets, MAX_TENSORS))
+        targets = [t for t in targets if t in chosen]
+    if len(floating) > 1:
+        targets.insert(0, INPUTS)
+    return [Transform(t, scale=s) for t in targets for s in SCALES] + [Transform(t, shift=s) for t in targets
+                                                                        for s in SHIFTS]
+
+
+def plan(model64: torch.nn.Module | None, args: list, seed: int, clock_ms: Callable[[], float],
+         budget_ms: float = PLAN_BUDGET_MS) -> dict:
+    """The transforms to probe with (as JSON), chosen greedily by the curved range they add to what the
+    default draw covers, and what the default draw and the chosen ones cover (bins per op site). Candidate
+    transforms stop being tried once `budget_ms` has passed (a large float64 model on a CPU)."""
+    if model64 is None:
+        return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}
+    args64 = upcast(clone_args(args))
+    base, base_rms = _covered(model64, clone_args(args64)) or ({}, 1.0)
+    state = model64.state_dict(keep_vars=True)
+    found: list[tuple[Transform, dict[str, set[int]], float]] = []
+    overflowing = []
+    started = clock_ms()
+    for transform in _candidates(model64, args, seed):
+        if clock_ms() - started > budget_ms:
+            break
+        if transform.target in state:
+            entry = state[transform.target]
+            kept = entry.detach().clone()
+            with torch.no_grad():
+                entry.mul_(transform.scale).add_(transform.shift)
+            try:
+                seen = _covered(model64, clone_args(args64))
+            finally:
+                with torch.no_grad():
+                    entry.copy_(kept)
+        else:
+            seen = _covered(model64, transform.inputs(clone_args(args64)))
+        if seen is None:
+            overflowing.append(transform.label)
+        else:
+            found.append((transform, seen[0], max(1.0, seen[1] / max(base_rms, 1e-30))))
+    covered = {site: set(bins) for site, bins in base.items()}
+    chosen = []
+    while len(chosen) < MAX_PROBES and found:
+        # new bins, discounted by how much the output grows: the tolerance grows with it (`tolerance`), so
+        # a move that mostly scales the output hides an op's error instead of showing it
+        gains = [sum(len(bins.get(site, set()) - covered.get(site, set())) for site in bins) / growth
+                 for _, bins, growth in found]
+        best = max(range(len(found)), key=gains.__getitem__)
+        if gains[best] == 0:
+            break
+        transform, bins, _ = found.pop(best)
+        chosen.append(transform)
+        for site, more in bins.items():
+            covered.setdefault(site, set()).update(more)
+    for fallback in FALLBACKS:  # nothing curved (or little): the inputs still move off their default draw
+        if len(chosen) < MIN_PROBES and _covered(model64, fallback.inputs(clone_args(args64))) is not None:
+            chosen.append(fallback)
+    return {"probes": [t.to_json() for t in chosen],
+            "skipped": [f"{label}: the float64 reference overflows" for label in overflowing[:4]],
+            "sites": {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
+                      for site, bins in covered.items()}}
+
+
+def tolerance(expected, expected64, atol: float, rtol: float) -> tuple[float, float, str | None]:
+    """A range probe's (atol, rtol), or why it is skipped. atol is scaled by the float64 output's root mean
+    square (at least 1), rtol kept: an output ten times larger may be off by ten times more near zero,
+    never by more relative to each element. Skipped where the float64 reference overflows, or where the
+    reference at its own precision misses that tolerance itself (ill-conditioned here)."""
+    truths, natives = as_tensors(expected64), as_tensors(expected)
+    if truths is None or natives is None:
+        return atol, rtol, "no float64 reference to compare with"
+    truths = [t for t in truths if t.is_floating_point()]
+    if any(not bool(torch.isfinite(t).all()) for t in truths):
+        return atol, rtol, "the float64 reference overflows (non-finite values)"
+    count = sum(t.numel() for t in truths)
+    rms = _rms(truths)
+    atol = atol * max(1.0, rms)
+    missed = sum(int((~((n.double() - t).abs() <= atol + rtol * t.abs())).sum())
+                 for n, t in zip([n for n in natives if n.is_floating_point()], truths))
+    if missed:
+        return atol, rtol, (f"ill-conditioned: the reference at its own precision misses the tolerance against "
+                            f"float64 on {missed} of {count} elements")
+    return atol, rtol, None

@@ -1,0 +1,49 @@
+"""Watching the candidate while it is timed, from inside the timed batches (catalog rows 7, 8, 25).
+
+A candidate can tell that it is being timed (the call stack, a call count, the phase), so the probes
+alone cannot vouch for the timed calls. Two observations are made on the timed calls themselves, right
+after each returns and before anything else of the candidate's runs:
+- threads: every timed call, whether a Python thread is alive that was not when timing began (a count
+  first, about 0.1 us; the names only when it changed);
+- streams (GPU): on the calls the judge chose secretly for this batch, the output is copied in the
+  caller's stream order at once, and after the batch's device-wide synchronisation compared with the
+  output then: work left running on another stream (not joined back) makes the two differ.
+Both are claims of the candidate's process, like every observation made there (README: what the judge
+trusts): they can fail a candidate, never clear one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from kerneljudge.proc import tensorwire
+
+
+class TimedWatch:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.threads_before = set(threading.enumerate())
+        self.count_before = threading.active_count()
+        self.threads: list[str] = []  # threads seen alive right after a timed call, not there before timing
+        self.chosen: set[int] = set()
+        self.reads: dict[int, list[torch.Tensor]] = {}
+
+    def start_batch(self, chosen: list[int]) -> None:
+        self.chosen = set(chosen) if self.device.type == "cuda" else set()
+        self.reads = {}
+
+    def after_call(self, index: int, out: Any) -> None:
+        if threading.active_count() != self.count_before:
+            self.threads += [t.name for t in threading.enumerate()
+                             if t not in self.threads_before and t.name not in self.threads]
+        if index in self.chosen:
+            self.reads[index] = [t.clone() for t in tensorwire.tensors_of(out)]
+
+    def unjoined(self, outputs: dict[int, Any]) -> list[int]:
+        """After the batch's synchronisation: the chosen calls whose output changed after the call returned."""
+        return sorted(i for i, seen in self.reads.items()
+                      if any(not torch.equal(a.nan_to_num(), b.nan_to_num())
+                             for a, b in zip(seen, tensorwire.tensors_of(outputs.get(i)))))

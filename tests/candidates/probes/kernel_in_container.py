@@ -1,0 +1,53 @@
+"""Honest (issue 14): the extension function reached through a dict of kernels and a torch.library
+custom op that wraps it; the extension is tests/candidates/isolation/cpp_ext.py's (one build for both)."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_CPP = r"""
+#include <torch/extension.h>
+#include <cmath>
+
+torch::Tensor kj_residual_gelu(torch::Tensor x, torch::Tensor z) {
+    TORCH_CHECK(x.dim() == 2 && z.dim() == 1 && x.size(0) == z.size(0), "kj_residual_gelu: bad shapes");
+    TORCH_CHECK(x.scalar_type() == at::kFloat && z.scalar_type() == at::kFloat, "kj_residual_gelu: float32 only");
+    auto xc = x.contiguous();
+    auto zc = z.contiguous();
+    auto out = torch::empty_like(xc);
+    const float* xp = xc.data_ptr<float>();
+    const float* zp = zc.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const int64_t rows = xc.size(0), cols = xc.size(1);
+    for (int64_t i = 0; i < rows; ++i) {
+        const double v = zp[i];
+        const float g = static_cast<float>(0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440)));
+        for (int64_t j = 0; j < cols; ++j) op[i * cols + j] = xp[i * cols + j] + g;
+    }
+    return out;
+}
+"""
+
+_ext = load_inline(name="kj_isolation_residual_gelu", cpp_sources=[_CPP], functions=["kj_residual_gelu"],
+                   extra_cflags=["-O1"], verbose=False)
+
+
+_KERNELS = {"residual_gelu": _ext.kj_residual_gelu}
+
+
+@torch.library.custom_op("kjprobe::residual_gelu", mutates_args=())
+def residual_gelu(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    return _KERNELS["residual_gelu"](x, z)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        c = -self.subtract.mean()
+        if self.gemm.bias is not None:
+            c = c + self.gemm.bias.mean()
+        z = x @ self.gemm.weight.mean(0) + c
+        return torch.ops.kjprobe.residual_gelu(x, z)
