@@ -12,8 +12,7 @@ from kerneljudge import sandbox
 
 PROBE = ("import torch; n = torch.cuda.device_count(); x = torch.ones(4, device='cuda'); "
          "print('OK', n, float(x.sum()))")
-OFFS = [(), ("dev",), ("mount",), ("dev", "mount"), ("pid",), ("net",), ("rlimits",), ("user",),
-        ("user", "dev"), ("user", "mount", "dev"), ("rlimits", "dev"), ("pid", "net")]
+OFFS = [(), ("mount", "dev"), ("pid",), ("user",)]
 
 
 def main() -> None:

@@ -340,3 +340,19 @@ def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, tmp_path):
     result = evaluate(SEED, CANDIDATES / "isolation" / "cpp_ext.py", fast.replace(cache_dir=tmp_path))
     assert result.verdict == "pass", [f.message for f in result.findings]
     assert any((tmp_path / "builds").rglob("*.so"))
+
+
+# --- the judge's own mount namespace is never touched --------------------------------------------------
+
+
+@needs("pid")
+@pytest.mark.parametrize("off", [("mount", "dev"), ("dev",), ()], ids=["pid-alone", "pid-and-mount", "every-layer"])
+def test_the_judges_mounts_are_the_same_after_a_worker_in_any_layers(fast, off):
+    """A worker's /proc (pid), /dev (dev) and read-only view (mount) live in a mount namespace of its own:
+    the judge's mount table is the same after the evaluation, with `pid` on and `mount` off too (a fresh
+    /proc once landed on the judge's own, and every later process found no /proc/self)."""
+    before = Path("/proc/self/mountinfo").read_text()
+    result = evaluate(SEED, GOOD, fast.replace(worker={"sandbox_off": off}))
+    assert result.verdict == "pass" and "pid" in result.sandbox["active"]
+    assert Path("/proc/self/mountinfo").read_text() == before
+    assert Path("/proc/self/statm").exists()

@@ -119,7 +119,9 @@ def _namespaces(layers: set[str]) -> None:
             _write("/proc/sys/user/max_user_namespaces", "0")
         except OSError as exc:
             raise LayerFailed("user", f"mapping the user's ids: {exc}") from exc
-    rest = [(name, flag) for name, flag in (("pid", linux.CLONE_NEWPID), ("net", linux.CLONE_NEWNET),
+    # `pid` mounts a fresh /proc: in a mount namespace of its own, like `mount` and `dev`, never in the judge's
+    # (a /proc of the worker's PID namespace left over the judge's own broke every later process; seen on the H200)
+    rest = [(name, flag) for name, flag in (("pid", linux.CLONE_NEWPID | linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET),
                                              ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS))
             if name in layers]
     flags = 0
@@ -138,7 +140,9 @@ def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
     if "mount" in layers:
         _try("mount", lambda: _read_only_view(config["writable"]))
     if "pid" in layers:
-        flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC | (linux.MS_RDONLY if "mount" in layers else 0)
+        # not read-only: the CUDA driver fails to start (error 304) on a read-only /proc (seen on the H200);
+        # what /proc lets a process write is its own state, and /proc/sys needs capabilities it has not
+        flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
         _try("pid", lambda: linux.mount("proc", "/proc", "proc", flags))
     if "rlimits" in layers:
         _try("rlimits", lambda: _limits(config["limits"], tasks_before))
