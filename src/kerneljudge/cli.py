@@ -20,6 +20,7 @@ from rich.markup import escape
 from kerneljudge import findings as catalog
 from kerneljudge import report, suite
 from kerneljudge.cli_agents import history_command, mcp_command, serve_command, show_command
+from kerneljudge.cli_problemlint import lint_problem_command
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import (CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir,
                                  default_server_socket, spoken)
@@ -258,6 +259,7 @@ main.add_command(history_command)
 main.add_command(show_command)
 main.add_command(mcp_command)
 main.add_command(serve_command)
+main.add_command(lint_problem_command)
 
 
 @main.command("problems")

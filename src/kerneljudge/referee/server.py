@@ -53,6 +53,7 @@ class Referee:
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
+            protocol.LintProblem: self.lint_problem,
         }
 
     def handle(self, message: dict[str, Any]) -> Reply:
@@ -190,3 +191,8 @@ class Referee:
         gbps = timing.measure_copy_bandwidth(self.device, BANDWIDTH_BYTES[self.device.type], timer=timer, stop=stop,
                                              wall_clock_ms=lambda: _clock_ns() / 1e6)
         return {"gbps": gbps}, []
+
+    def lint_problem(self, request: protocol.LintProblem, blobs: list) -> Reply:
+        from kerneljudge.problemlint import analysis  # issue 19: only lint runs need it
+
+        return analysis.lint(request.problem, self.device, shrink=request.shrink, timed=request.timed), []
