@@ -167,7 +167,7 @@ def _lint_one(problem: Problem, referee: WorkerProcess, shrink: bool, timed: boo
         return _skipped(display_name(problem), str(problem.path), f"the problem raised: {first}", started, problem, static)
     facts = reply["facts"]
     return ProblemLint(display_name(problem), str(problem.path), facts["constants"], facts["shrunk"], problem.preset,
-                       static + list(_findings(reply["findings"])), facts,
+                       tuple(static) + _findings(reply["findings"]), facts,
                        round((time.perf_counter() - started) * 1e3, 1))
 
 
