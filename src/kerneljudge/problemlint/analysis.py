@@ -3,8 +3,9 @@
 At the chosen sizes the reference runs on inputs from two seeds, twice on the first, once per changed
 input and once per changed parameter; each outcome is judged with the tolerance the judge would apply
 (DEFAULT_TOLERANCE for the output's dtype, and 1e-2 for fp16/bf16 runs):
-- trivial outputs: zeros, the best single constant (the output's midrange), each sample's mean, a
-  uniform random tensor, and every input of the output's shape passed through;
+- trivial outputs: zeros, the best single constant (the output's midrange), each sample's mean (where
+  a sample has several elements), a uniform random tensor, and every input of the output's shape passed
+  through;
 - sensitivity: the first seed's output compared with the output after one change (all inputs from the
   second seed; one input from it; one parameter scaled by 0.5..1.5 and shifted, as the probes do): an
   output that still passes as the first one does not depend on what changed;
@@ -144,9 +145,11 @@ def _numeric(model, module, first, second, expected, device, tolerance, facts) -
 def _trivial(outs: list, inputs: list):
     """(what, candidate output) for each trivial output."""
     yield "zeros", [torch.zeros_like(t) for t in outs]
-    yield "a constant (the output's midrange)", [torch.full_like(t, float((t.max() + t.min()) / 2)) for t in outs]
-    yield "each sample's mean", [t.mean(dim=tuple(range(1, t.dim())), keepdim=True).expand_as(t)
-                                 if t.dim() > 1 else torch.full_like(t, float(t.mean())) for t in outs]
+    if all(t.numel() > 1 for t in outs):  # one element is its own midrange: the seed check covers it
+        yield "a constant (the output's midrange)", [torch.full_like(t, float((t.max() + t.min()) / 2))
+                                                     for t in outs]
+    if all(t.dim() > 1 and t[0].numel() > 1 for t in outs):
+        yield "each sample's mean", [t.mean(dim=tuple(range(1, t.dim())), keepdim=True).expand_as(t) for t in outs]
     generator = torch.Generator(outs[0].device).manual_seed(0)
     yield "a uniform random tensor", [torch.rand(t.shape, generator=generator, device=t.device, dtype=t.dtype)
                                       for t in outs]

@@ -37,6 +37,9 @@ AFFINE_METHODS = frozenset("add sub mul div neg".split())
 MOVES = frozenset("view reshape flatten squeeze unsqueeze contiguous clone detach to type type_as float double "
                   "half bfloat16 permute transpose expand expand_as getitem getattr size dim t unflatten "
                   "Identity Flatten Unflatten Dropout".split())
+# Constructors: a constant result by design.
+CREATORS = frozenset("zeros_like ones_like full_like empty_like rand_like randn_like randint_like zeros ones full "
+                     "empty new_zeros new_ones new_full new_empty arange tensor".split())
 
 
 def _name(node: torch.fx.Node, gm: torch.fx.GraphModule) -> str:
@@ -159,7 +162,7 @@ def _size_one(node, name: str, gm, values: dict) -> list[dict]:
 
 def _numeric(node, name: str, gm, values: dict) -> list[dict]:
     """An operation whose result is its input on these inputs, or a constant where its input is not."""
-    if node.op == "placeholder" or name in MOVES or name.endswith("_"):
+    if node.op == "placeholder" or name in MOVES or name in CREATORS or name.endswith("_"):
         return []
     out, x = values.get(node), _first_tensor(node, values)
     if not isinstance(out, torch.Tensor) or x is None or out.numel() < 2 or not out.is_floating_point():
