@@ -170,6 +170,8 @@ def _numeric(node, name: str, gm, values: dict) -> list[dict]:
     if any(isinstance(a, torch.fx.Node) and a.op == "get_attr" for a in node.args) or node.op == "call_module" \
             and any(True for _ in gm.get_submodule(node.target).parameters()):
         return []  # parameters change: equal today is not redundant
+    if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        return []  # in place (ReLU(inplace=True)): its input was overwritten, equal by construction
     if out.shape == x.shape and out.dtype == x.dtype and torch.equal(out, x):
         return [_finding("problem-redundant-op", node, f"{name} returns its input unchanged on the drawn inputs "
                          f"(shape {list(x.shape)})", op=name, shape=list(x.shape), kind="identity")]

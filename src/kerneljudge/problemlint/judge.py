@@ -131,6 +131,7 @@ def lint_problems(refs: tuple[str, ...], options: Options, *, full: bool = False
                 continue
             if referee is None or referee.dead:
                 referee = stack.enter_context(_start(options.worker, device))
+                started = time.perf_counter()  # the referee's start (importing torch) is not this problem's
             shrink = not full and problem.preset is None and not options.overrides
             result = _lint_one(problem, referee, shrink, timed, started)
             if result.findings[-1:] and result.findings[-1].code == "problem-lint-skipped":

@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from kerneljudge.proc.tensorwire import tensors_of
 from kerneljudge.worker.build import import_problem
 
-BUDGET_FLOPS = 2e8  # one forward within this runs in tens of ms on a laptop core
+BUDGET_FLOPS = 1e9  # one forward within this runs in about 0.1 s on a laptop core (a ResNet at 56x56)
 BUDGET_BYTES = 16 << 20  # inputs + parameters + outputs
 BUDGET_TRAFFIC = 128 << 20  # written by all the forward's operations
 MIN_SHRINKABLE = 16  # sizes below this are shapes (channels of an RGB image, heads), not scale
