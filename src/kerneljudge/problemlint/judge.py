@@ -134,9 +134,7 @@ def lint_problems(refs: tuple[str, ...], options: Options, *, full: bool = False
                 started = time.perf_counter()  # the referee's start (importing torch) is not this problem's
             shrink = not full and problem.preset is None and not options.overrides
             result = _lint_one(problem, referee, shrink, timed, started)
-            if result.findings[-1:] and result.findings[-1].code == "problem-lint-skipped":
-                pass  # not cached: the next run tries again
-            else:
+            if not any(f.code == "problem-lint-skipped" for f in result.findings):  # else tried again next time
                 cache.save(options.cache_dir, SECTION, _key(problem, shrink, device), result.to_json())
             results.append(result)
             on_result(result)
