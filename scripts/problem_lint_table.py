@@ -108,6 +108,10 @@ def render(data: dict, wall_s: float | None) -> str:
              "names the strictest tolerance at which it holds.", ""]
     lines += ["## Problems per finding and level", "",
               "| finding | " + " | ".join(levels) + " | all |", "|---|" + "---|" * (len(levels) + 1)]
+    for label, test in (("problems", lambda p: True), ("linted", lambda p: "problem-lint-skipped" not in codes(p)),
+                        ("linted at lowered sizes", lambda p: bool(p["shrunk"]))):
+        counts = [sum(map(test, by_level[lv])) for lv in levels]
+        lines.append(f"| *{label}* | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
     all_codes = sorted({c for p in problems for c in codes(p)}, key=lambda c: list(SHORT).index(c) if c in SHORT else 99)
     for code in all_codes:
         counts = [sum(code in codes(p) for p in by_level[lv]) for lv in levels]
@@ -183,8 +187,9 @@ def main() -> None:
     parser.add_argument("--json-in", type=Path, help="Render this saved lint JSON instead of linting.")
     parser.add_argument("--json-out", type=Path, help="Also save the lint JSON here.")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "problem-lint.md")
+    parser.add_argument("--wall-s", type=float, help="With --json-in: the saved run's wall time, to be stated.")
     args = parser.parse_args()
-    wall_s = None
+    wall_s = args.wall_s
     if args.json_in:
         data = json.loads(args.json_in.read_text())
     else:
