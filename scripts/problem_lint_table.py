@@ -95,8 +95,8 @@ def render(data: dict, wall_s: float | None) -> str:
              f"{platform.machine()}, torch {metadata.version('torch')})"
              + (f", in {wall_s / 60:.1f} minutes wall while other jobs shared the cores." if wall_s else
                ", rendered from that command's saved JSON (`--json-in`)."), "",
-             "**Sizes.** Not KernelBench's: a problem whose forward exceeds the lint's CPU budget (16 MiB of inputs, "
-             "parameters and outputs, 128 MiB written by all its operations, 1e9 FLOPs, measured on torch's meta "
+             "**Sizes.** Not KernelBench's: a problem whose forward exceeds the lint's CPU budget (16 MiB of inputs and "
+             "outputs, 128 MiB written by all its operations, 1e9 FLOPs, measured on torch's meta "
              "device) is linted at sizes lowered through the `--set` machinery: batch sizes first (they change no "
              "per-element magnitude), then the largest other sizes, halved while the shapes still work. "
              f"{sum(bool(p['shrunk']) for p in problems)} of {len(problems)} problems ran lowered; every row below "

@@ -24,7 +24,7 @@ from kerneljudge.proc.tensorwire import tensors_of
 from kerneljudge.worker.build import import_problem
 
 BUDGET_FLOPS = 1e9  # one forward within this runs in about 0.1 s on a laptop core (a ResNet at 56x56)
-BUDGET_BYTES = 16 << 20  # inputs + parameters + outputs
+BUDGET_BYTES = 16 << 20  # inputs + outputs
 BUDGET_TRAFFIC = 128 << 20  # written by all the forward's operations
 MIN_SHRINKABLE = 16  # sizes below this are shapes (channels of an RGB image, heads), not scale
 FIXED_NAMES = re.compile(r"kernel|stride|pad|dilation|group|dim$|^dim")  # shape rules, not scale
@@ -34,11 +34,13 @@ BATCH_NAMES = re.compile(r"batch")
 @dataclass(frozen=True)
 class Cost:
     flops: float | None  # None: the forward does not run on the meta device
-    bytes: int  # inputs + parameters + outputs
+    bytes: int  # inputs + parameters + outputs (the footprint)
     traffic: int = 0  # bytes every operation of the forward writes (a broadcast's (B, B) temporary too)
+    parameter_bytes: int = 0  # no size constant lowers a ResNet's weights: not in the budget
 
     def within(self) -> bool:
-        return self.bytes <= BUDGET_BYTES and self.traffic <= BUDGET_TRAFFIC and (self.flops or 0) <= BUDGET_FLOPS
+        return (self.bytes - self.parameter_bytes <= BUDGET_BYTES and self.traffic <= BUDGET_TRAFFIC
+                and (self.flops or 0) <= BUDGET_FLOPS)
 
 
 class _Traffic(TorchDispatchMode):
@@ -62,13 +64,14 @@ def cost(problem: dict, constants: dict) -> Cost:
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         inputs = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in module.get_inputs()]
-    held = _bytes(inputs) + _bytes(list(model.parameters()) + list(model.buffers()))
+    weights = _bytes(list(model.parameters()) + list(model.buffers()))
+    held = _bytes(inputs) + weights
     try:
         with FlopCounterMode(display=False) as counter, _Traffic() as traffic, torch.inference_mode():
             out = model(*inputs)
     except Exception:  # noqa: BLE001 - an op without a meta kernel: the bytes are still known
-        return Cost(None, held)
-    return Cost(float(counter.get_total_flops()), held + _bytes(tensors_of(out)), traffic.bytes)
+        return Cost(None, held, parameter_bytes=weights)
+    return Cost(float(counter.get_total_flops()), held + _bytes(tensors_of(out)), traffic.bytes, weights)
 
 
 def _bytes(tensors) -> int:
