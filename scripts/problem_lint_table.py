@@ -45,6 +45,26 @@ def run_lint(kernelbench: Path) -> tuple[dict, float]:
     return json.loads(done.stdout), (datetime.datetime.now() - started).total_seconds()
 
 
+def from_partial(cache_dir: Path, extra: list[Path], kernelbench: Path, stopped: str) -> dict:
+    """A run cut short: the problems its cache folder holds, the problems of `extra` lint JSON files, and
+    every other problem file as not linted, saying why (`stopped`)."""
+    found = {}
+    for path in (cache_dir / "problemlint").glob("*.json"):
+        entry = json.loads(path.read_text())
+        found[entry["name"]] = entry
+    for path in extra:
+        found.update({p["name"]: p for p in json.loads(path.read_text())["problems"]})
+    problems = []
+    for level in LEVELS:
+        for path in sorted((kernelbench / level).glob("*.py"), key=lambda p: int(p.name.split("_")[0])):
+            name = f"{level}/{path.stem}"
+            problems.append(found.get(name) or {
+                "name": name, "path": str(path), "constants": {}, "shrunk": {}, "preset": None, "facts": {},
+                "findings": [{"code": "problem-lint-skipped", "severity": "info", "details": {},
+                              "message": f"not linted: {stopped}"}]})
+    return {"problems": problems, "summary": {"linted": len(problems), "partial": True}}
+
+
 def level_of(problem: dict) -> str:
     return problem["name"].split("/")[0]
 
@@ -94,7 +114,9 @@ def render(data: dict, wall_s: float | None) -> str:
              f"{datetime.date.today().isoformat()}, on this machine's CPU ({os.cpu_count()} cores, "
              f"{platform.machine()}, torch {metadata.version('torch')})"
              + (f", in {wall_s / 60:.1f} minutes wall while other jobs shared the cores." if wall_s else
-               ", rendered from that command's saved JSON (`--json-in`)."), "",
+               ", rendered from that command's saved JSON (`--json-in`).")
+             + (" **The run was cut short** (`--partial`): the problems it did not reach are listed under "
+                "'Not linted'." if data["summary"].get("partial") else ""), "",
              "**Sizes.** Not KernelBench's: a problem whose forward exceeds the lint's CPU budget (16 MiB of inputs and "
              "outputs, 128 MiB written by all its operations, 1e9 FLOPs, measured on torch's meta "
              "device) is linted at sizes lowered through the `--set` machinery: batch sizes first (they change no "
@@ -148,9 +170,10 @@ def render(data: dict, wall_s: float | None) -> str:
               "- *Sizes.* Magnitude depends on shape: a softmax over 393216 columns gives 2.5e-6 per element, so "
               "batch sizes are lowered first and such widths are kept where the budget allows; a Frobenius norm "
               "divides by the norm of the whole tensor, so at lowered sizes its outputs are larger than at "
-              "KernelBench's (the finding may then hold only at the bf16 tolerance, or not at all). A problem "
-              "flagged here at small sizes is flagged at its own sizes unless the finding is about magnitude; "
-              "run `kerneljudge lint-problem --full` on a GPU for KernelBench's sizes.",
+              "KernelBench's (the finding may then hold only at the bf16 tolerance, or not at all). Redundant "
+              "operations and ignored parameters rarely depend on sizes (graph findings that do are marked 'at "
+              "the lowered sizes': a ResNet's global pooling of a 1x1 map); magnitude and seed-sensitivity can: "
+              "`benchmarks/problem_lint_gpu.py` lints a selection at KernelBench's sizes on a GPU.",
               "- *60 vs 100.* Issue #165 reports 4 of 60 level-1 problems; KernelBench's level 1 at 423217d has "
               "100 files, and all 100 are counted here (which 60 the issue scanned is not in the text we have).",
               "- *Evaluation mode.* kerneljudge runs references in `eval()`: a BatchNorm with fresh running "
@@ -188,9 +211,15 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, help="Also save the lint JSON here.")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "problem-lint.md")
     parser.add_argument("--wall-s", type=float, help="With --json-in: the saved run's wall time, to be stated.")
+    parser.add_argument("--partial", type=Path, metavar="CACHE_DIR",
+                        help="Render a run cut short from its cache folder (plus --json-in files for other levels).")
+    parser.add_argument("--stopped", default="the sweep was stopped before reaching it",
+                        help="With --partial: why the problems not in the cache were not linted.")
     args = parser.parse_args()
     wall_s = args.wall_s
-    if args.json_in:
+    if args.partial:
+        data = from_partial(args.partial, [args.json_in] if args.json_in else [], args.kernelbench, args.stopped)
+    elif args.json_in:
         data = json.loads(args.json_in.read_text())
     else:
         data, wall_s = run_lint(args.kernelbench)
