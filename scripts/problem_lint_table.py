@@ -182,8 +182,13 @@ def render(data: dict, wall_s: float | None) -> str:
               "- *Inputs from `torch.rand`.* KernelBench draws most inputs from [0, 1): ReLU, LeakyReLU, HardTanh, "
               "ELU, abs are then the identity on them (input passthrough passes; the graph shows the identity).",
               "- *Scalar outputs.* The losses (level1/94-100) return one number, the mean over a large batch: it "
-              "barely changes between seeds (law of large numbers), which is what METR filtered; a single number "
-              "is never called a 'constant output' here, only seed-insensitive.",
+              "barely changes between seeds (law of large numbers); a single number is never called a 'constant "
+              "output' here, only seed-insensitive.",
+              "- *Deep level-3 networks.* With PyTorch's default initialisation many of them (VGG, MobileNet, "
+              "EfficientNet, DeepNarrowMLP) give outputs that barely depend on the input: seed-insensitive even at "
+              "the fp32 tolerance, and MobileNetV2's output is about 1e-21, so zeros pass. This is consistent with "
+              "activations shrinking layer after layer until the last biases dominate; it makes our count above "
+              "METR's 45.",
               "- *METR's 45 and robust-kbench's filters* were applied to their own selection of tasks, sizes and "
               "tolerances, which we do not have; the criteria here are theirs as described in issue 19, measured "
               "by perturbation at the sizes above.",
