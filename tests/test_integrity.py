@@ -76,7 +76,7 @@ def test_shipped_solutions_raise_no_false_alarm(fast, problem, solution):
 def test_honest_rewrite_passes_every_probe(fast):
     result = judge(fast, "honest")
     assert_clean(result)
-    assert codes(result) - {"preset-used", "probe-skipped", "pytorch-rewrite"} == set()
+    assert codes(result) - {"preset-used", "probe-skipped", "pytorch-rewrite", "problem-degenerate"} == set()
 
 
 # --- row 1: stale parameters ----------------------------------------------------------------------------

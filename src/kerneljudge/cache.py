@@ -7,6 +7,7 @@ One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/
     baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule
                        (eager is timed in every run, and a cached compile time must stay plausible beside it)
     bandwidth/<key>.json  measured copy bandwidth per device and versions
+    problemlint/<key>.json  a problem's lint per content, sizes and device type (problemlint/judge.py)
 
 JSON entries are written atomically (temp file + rename), so a crash never leaves half an entry.
 """
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("builds", "triton", "baselines", "bandwidth")
+SECTIONS = ("builds", "triton", "baselines", "bandwidth", "problemlint")
 
 
 def key(*parts: Any) -> str:

@@ -22,6 +22,7 @@ from kerneljudge import report, suite
 from kerneljudge.cli_agents import history_command, mcp_command, serve_command, show_command
 from kerneljudge.cli_report import report_command
 from kerneljudge.cli_doctor import doctor_command
+from kerneljudge.cli_problemlint import lint_problem_command
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import (CheckOptions, Options, TimingOptions, WorkerOptions, default_cache_dir,
                                  default_server_socket, spoken)
@@ -265,6 +266,7 @@ main.add_command(mcp_command)
 main.add_command(serve_command)
 main.add_command(report_command)
 main.add_command(doctor_command)
+main.add_command(lint_problem_command)
 
 
 @main.command("problems")

@@ -176,6 +176,47 @@ def _specs() -> dict[str, Spec]:
              "Nothing to fix if another evaluation recorded into the same store meanwhile; else the candidate "
              "wrote it (possible only without the sandbox's read-only view: see `kerneljudge doctor`).",
              catalog_row=27),
+        # issue 19: problem lint (findings about the problem, from `kerneljudge lint-problem`) --------
+        Spec("problem-degenerate", "warn", "The problem being judged is degenerate or redundant",
+             "Read `kerneljudge lint-problem PROBLEM`: a passing trivial candidate proves nothing there, and a "
+             "huge speedup may be an honest use of the redundancy; fix the problem's sizes, inputs or tolerance.",
+             catalog_row=18),
+        Spec("problem-trivial-output", "warn", "A trivial output passes the problem's own tolerance",
+             "Make the output depend on the work: larger-magnitude outputs, inputs whose values matter, or a "
+             "relative tolerance; a kernel that returns this passes without computing anything.", catalog_row=18),
+        Spec("problem-insensitive-seed", "warn", "The output barely changes when the inputs are drawn from another seed",
+             "Draw inputs whose values reach the output (e.g. torch.randn, not a constant); a hard-coded "
+             "output passes otherwise.", catalog_row=18),
+        Spec("problem-insensitive-input", "warn", "The output barely depends on one input",
+             "Remove the input or make the computation use it; a kernel may ignore it and still pass.",
+             catalog_row=18),
+        Spec("problem-insensitive-parameter", "warn", "The output barely depends on one parameter",
+             "Remove the parameter or change the computation so that it matters; a kernel may ignore it.",
+             catalog_row=18),
+        Spec("problem-tiny-output", "warn", "The output's magnitude is below the tolerance",
+             "Scale the inputs or the computation so the output is well above atol, or compare relatively.",
+             catalog_row=18),
+        Spec("problem-saturated", "warn", "Almost every output element sits at the output's minimum or maximum",
+             "Move the activation's input into its sensitive range (smaller weights, a scale or a shift).",
+             catalog_row=18),
+        Spec("problem-nonfinite", "warn", "The reference's output holds NaN or Inf",
+             "Change the sizes, inputs or the computation so the reference is finite (overflow, log of 0, 0/0)."),
+        Spec("problem-nondeterministic", "warn", "Two reference calls on the same inputs disagree",
+             "Remove randomness from forward (torch.rand, dropout in training mode) or seed it from the inputs."),
+        Spec("problem-redundant-op", "warn", "The reference computes something that does nothing",
+             "Remove the operation (a reduction or normalisation over a size-1 dimension, an identity, an "
+             "unused result) or change the shapes so it matters; kernels may skip it honestly."),
+        Spec("problem-algebraic-collapse", "warn", "The reference's heavy operation collapses algebraically",
+             "Expect honest kernels to exploit it (a linear map followed by a mean over its outputs is a "
+             "matrix-vector product); change the problem if the heavy operation should be what is measured."),
+        Spec("problem-oversized", "warn", "The problem's footprint exceeds the device's memory",
+             "Lower the sizes (--set or a preset) so inputs, parameters and outputs fit the device."),
+        Spec("problem-launch-bound", "warn", "The reference runs in under about 20 microseconds",
+             "Raise the sizes: at this scale launch overhead, not the kernel, decides the time."),
+        Spec("problem-unreachable-size", "info", "A size of the problem cannot be changed with --set",
+             "Make it a module-level constant (batch_size = 16) that get_inputs() and get_init_inputs() read."),
+        Spec("problem-lint-skipped", "info", "The problem could not be linted",
+             "Run the problem on its own at the sizes shown; install what it imports."),
         Spec("hidden-recheck", "info", "A hidden re-check with secret seeds ran",
              "Its details are withheld; fix the findings of the open run first."),
         # issue 18: reports (records imported from KernelBench's eval_results.json)

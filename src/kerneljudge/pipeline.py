@@ -28,6 +28,7 @@ from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
+from kerneljudge.problemlint import judge as problemlint
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
 from kerneljudge.stages import check, measure, probe
@@ -189,6 +190,8 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 _ping(judging, referee)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
+            with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
+                run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             with run.stage("build", "importing the problem and the candidate", worker, referee):
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,

@@ -224,6 +224,18 @@ class CopyBandwidth(Request):
     quick: bool = False
 
 
+# issue 19: problem lint
+@request
+@dataclass(frozen=True)
+class LintProblem(Request):
+    """Lint the problem (problemlint/analysis.py) at its given sizes, or lowered to a budget (`shrink`);
+    `timed`: also time the reference. Reply: findings (as data: code, message, details) and facts."""
+    op: ClassVar[str] = "lint-problem"
+    problem: dict[str, Any]
+    shrink: bool = False
+    timed: bool = False
+
+
 # ---- the candidate's worker --------------------------------------------------------------------------
 
 @request

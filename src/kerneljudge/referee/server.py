@@ -58,6 +58,7 @@ class Referee:
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
+            protocol.LintProblem: self.lint_problem,
         }
         self.baseline_rss_bytes = memory.rss_now_bytes()
 
@@ -242,3 +243,8 @@ class Referee:
         gbps = timing.measure_copy_bandwidth(self.device, BANDWIDTH_BYTES[self.device.type], timer=timer, stop=stop,
                                              wall_clock_ms=lambda: _clock_ns() / 1e6)
         return {"gbps": gbps}, []
+
+    def lint_problem(self, request: protocol.LintProblem, blobs: list) -> Reply:
+        from kerneljudge.problemlint import analysis  # issue 19: only lint runs need it
+
+        return analysis.lint(request.problem, self.device, shrink=request.shrink, timed=request.timed), []
