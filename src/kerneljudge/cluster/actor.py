@@ -1,0 +1,86 @@
+"""The judge actor (one per GPU) and the build task (any CPU), as plain code that Ray wraps.
+
+The actor is a judge process: it runs `pipeline.evaluate` exactly as `kerneljudge eval` does, starting a
+worker and a referee per candidate (a spare kept started, as `serve` does) and never importing torch or
+candidate code. It returns the Result as JSON, with the node it ran on added to the device section
+(the GPU model is already there, from the worker); it records nothing (the driver owns the store).
+A candidate that kills this process (its worker's parent) takes only this actor down: Ray restarts it
+and the driver reschedules the candidate (backend.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kerneljudge.builder import build_one
+from kerneljudge.cluster.task import JudgeTask, restore_paths
+from kerneljudge.isolation import WorkerPool
+from kerneljudge.options import Options
+from kerneljudge.pipeline import evaluate, resolve_device
+
+
+def node_info() -> dict[str, Any]:
+    """Where this process runs: the Ray node's id and address, the host name and the GPU ids Ray gave it."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+
+class JudgeActor:
+    """One judge on one GPU (Ray sets CUDA_VISIBLE_DEVICES for it; its workers inherit it)."""
+
+    def __init__(self):
+        self.node = node_info()
+        self.pool = WorkerPool()
+
+    def ready(self) -> dict[str, Any]:
+        """Answers once the actor is up (after a restart too): where it runs, and its pid."""
+        return {**self.node, "pid": os.getpid()}
+
+    def judge(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Run the pipeline on one JudgeTask (as JSON); return the Result's JSON, paths as the driver's."""
+        task = JudgeTask.from_json(task)
+        options = Options.from_json(task.options).replace(store_path=None)
+        if task.builtin:
+            options = options.replace(problems_root=None)  # the driver's checkout need not exist here
+        with tempfile.TemporaryDirectory(prefix="kj-ray-") as folder:
+            folder = Path(folder).resolve()
+            problem, replacements = task.problem_ref, {}
+            if task.problem_file is not None:
+                relative, source, driver_path = task.problem_file
+                shipped = folder / "problem" / relative
+                shipped.parent.mkdir(parents=True, exist_ok=True)
+                shipped.write_text(source)
+                replacements[str(shipped)] = driver_path
+                if task.ref_is_path:
+                    problem = str(shipped)
+                else:
+                    options = options.replace(problems_root=folder / "problem")
+            solution = Path(task.solution_path)
+            if task.solution_source is not None:
+                solution = folder / "solution" / solution.name
+                solution.parent.mkdir()
+                solution.write_text(task.solution_source)
+                replacements[str(solution)] = task.solution_path
+            result = evaluate(problem, solution, options, verb=task.verb, pool=self.pool)
+        data = restore_paths(result.to_json(), replacements)
+        data["device"] = {**data.get("device", {}), "node": self.node}
+        return data
+
+
+def build_task(name: str, source: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Compile one candidate into this node's build cache (a CPU task); the BuildOutcome as JSON."""
+    options = Options.from_json(options)
+    device = resolve_device(options.device)
+    if resolve_device("auto") == "cpu":
+        device = "cpu"  # a CPU node builds for the GPU's architecture given by options.arch
+    with tempfile.TemporaryDirectory(prefix="kj-ray-build-") as folder:
+        path = Path(folder) / name
+        path.write_text(source)
+        return build_one(path, options, device).to_json() | {"node": node_info()}
