@@ -1,0 +1,12 @@
+"""Batches: many candidates judged by one scheduler (`kerneljudge run`, `api.evaluate_many`,
+`KernelEnv.step_many`).
+
+    discover.py   a KernelBench run folder, a folder of candidates for one problem, a JSONL manifest -> Jobs
+    keys.py       resume keys: problem content, candidate content, options, hardware
+    backend.py    the interface between the scheduler and where builds and judging run (Job, Lane, Backend)
+    local.py      the local backend: builds in worker processes on the CPUs, one lane per device
+    scheduler.py  a build pool feeding lanes, each lane taking the next built candidate when free
+    journal.py    the run folder's results.jsonl: what is done (resume), written as each job ends
+    export.py     eval_results.json (KernelBench's layout), CSV, summary
+    display.py    live progress on a terminal, JSON lines when asked
+"""
