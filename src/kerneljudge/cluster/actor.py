@@ -16,9 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kerneljudge import protocol
+from kerneljudge.batch.keys import hardware
 from kerneljudge.builder import build_one
 from kerneljudge.cluster.task import JudgeTask, restore_paths
-from kerneljudge.isolation import WorkerPool
+from kerneljudge.isolation import WorkerPool, WorkerProcess
 from kerneljudge.options import Options
 from kerneljudge.pipeline import evaluate, resolve_device
 
@@ -38,10 +40,19 @@ class JudgeActor:
     def __init__(self):
         self.node = node_info()
         self.pool = WorkerPool()
+        self.baselines: dict = {}  # this GPU's baselines per problem, measured once (stages/measure.py)
 
-    def ready(self) -> dict[str, Any]:
-        """Answers once the actor is up (after a restart too): where it runs, and its pid."""
-        return {**self.node, "pid": os.getpid()}
+    def ready(self, device: str) -> dict[str, Any]:
+        """Answers once the actor is up (after a restart too): where it runs, its pid, and the hardware
+        name the resume keys use (batch/keys.py, read from this node's files)."""
+        return {**self.node, "pid": os.getpid(), "hardware": hardware(resolve_device(device).split(":")[0])}
+
+    def capability(self, options: dict[str, Any]) -> str | None:
+        """This GPU's architecture ("9.0"), asked of a worker: what CPU nodes build CUDA candidates for."""
+        options = Options.from_json(options)
+        with WorkerProcess(options.worker) as worker:
+            hello = worker.call(protocol.Ping(resolve_device(options.device)))
+        return (hello.get("device") or {}).get("capability")
 
     def judge(self, task: dict[str, Any]) -> dict[str, Any]:
         """Run the pipeline on one JudgeTask (as JSON); return the Result's JSON, paths as the driver's."""
@@ -68,19 +79,20 @@ class JudgeActor:
                 solution.parent.mkdir()
                 solution.write_text(task.solution_source)
                 replacements[str(solution)] = task.solution_path
-            result = evaluate(problem, solution, options, verb=task.verb, pool=self.pool)
+            result = evaluate(problem, solution, options, verb=task.verb, pool=self.pool,
+                              baselines=self.baselines)
         data = restore_paths(result.to_json(), replacements)
         data["device"] = {**data.get("device", {}), "node": self.node}
         return data
 
 
-def build_task(name: str, source: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Compile one candidate into this node's build cache (a CPU task); the BuildOutcome as JSON."""
+def build_task(path: str, source: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Compile one candidate (the driver's `path`, shipped as `source`) into this node's build cache, as a
+    CPU worker building for `options.arch` (as the local backend's builders do); the BuildOutcome's JSON,
+    its paths the driver's."""
     options = Options.from_json(options)
-    device = resolve_device(options.device)
-    if resolve_device("auto") == "cpu":
-        device = "cpu"  # a CPU node builds for the GPU's architecture given by options.arch
     with tempfile.TemporaryDirectory(prefix="kj-ray-build-") as folder:
-        path = Path(folder) / name
-        path.write_text(source)
-        return build_one(path, options, device).to_json() | {"node": node_info()}
+        shipped = Path(folder).resolve() / Path(path).name
+        shipped.write_text(source)
+        outcome = build_one(shipped, options, "cpu").to_json()
+    return restore_paths(outcome, {str(shipped): path}) | {"node": node_info()}

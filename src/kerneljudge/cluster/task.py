@@ -31,7 +31,6 @@ class JudgeTask:
     ref_is_path: bool  # problem_ref is a path: the actor passes its copy's path, not a name
     solution_path: str  # the driver's path, put back into the result
     solution_source: str | None  # None: unreadable on the driver; the actor's pipeline reports it
-    compiles: bool  # the candidate builds an extension (worth a build task before it is judged)
     options: dict[str, Any]  # Options.to_json(keep_seed=True)
     verb: str = "evaluate"
 
@@ -41,10 +40,9 @@ class JudgeTask:
         """Read the problem and the solution on the driver. One that cannot be read is shipped by name
         only: the actor's pipeline then reports it, as a local run would."""
         try:
-            candidate = load_candidate(solution)
-            solution_source, compiles = candidate.source, bool(candidate.kinds)
+            solution_source = load_candidate(solution).source
         except KernelJudgeError:
-            solution_source, compiles = None, False
+            solution_source = None
         try:
             problem = load_problem(problem_ref, problems_root=options.problems_root)
         except KernelJudgeError:
@@ -57,7 +55,7 @@ class JudgeTask:
             as_path = Path(problem_ref).is_file()
             relative = problem.path.name if as_path else problem.name + problem.path.suffix
             problem_file = (relative, problem.source, str(problem.path))
-        return cls(key, ref, builtin, problem_file, as_path, str(solution), solution_source, compiles,
+        return cls(key, ref, builtin, problem_file, as_path, str(solution), solution_source,
                    options.to_json(keep_seed=True), verb)
 
     def to_json(self) -> dict[str, Any]:
