@@ -53,10 +53,11 @@ def connect(address: str | None):
 class JudgePool:
     """The judge actors of a cluster: one per GPU (`num_gpus=1`), or `judges` CPU judges on a cluster
     without GPUs. `judge(task)` runs one task on a free live actor, again on another if that one dies.
-    Thread-safe: the batch's lanes and the reward service call it from several threads."""
+    Thread-safe: the batch's lanes and the reward service call it from several threads. `actor` is the
+    class Ray runs (a stand-in in benchmarks/ray_saturation.py)."""
 
     def __init__(self, ray, *, judges: int | None = None, device: str = "auto", max_attempts: int = MAX_ATTEMPTS,
-                 actor_wait_s: float = ACTOR_WAIT_S):
+                 actor_wait_s: float = ACTOR_WAIT_S, actor: type = JudgeActor):
         self.ray = ray
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
         self.count = judges or self.gpus or 1
@@ -64,7 +65,7 @@ class JudgePool:
         self.max_attempts = max_attempts
         self.actor_wait_s = actor_wait_s
         resources = {"num_gpus": 1} if self.gpus else {}
-        remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0, **resources)(JudgeActor)
+        remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0, **resources)(actor)
         self.actors = [remote.remote() for _ in range(self.count)]
         self.where: dict[Any, dict[str, Any]] = {}  # actor -> its ready() answer, updated after a restart
         self._free: queue.Queue = queue.Queue()
