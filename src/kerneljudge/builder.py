@@ -11,12 +11,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kerneljudge import protocol
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError
 from kerneljudge.isolation import WorkerFailure, WorkerProcess
-from kerneljudge.options import Options
+from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.records import Build, Finding
 
 
@@ -35,13 +36,15 @@ class BuildOutcome:
                 "findings": [f.to_json() for f in self.findings]}
 
 
-def build_one(path: Path, options: Options, device: str) -> BuildOutcome:
+def build_one(path: Path, options: Options, device: str,
+              spawn: Callable[[WorkerOptions], WorkerProcess] = WorkerProcess) -> BuildOutcome:
+    """Build one candidate in a fresh worker (`spawn` makes it: a batch keeps hold of its workers)."""
     try:
         candidate = load_candidate(path)
     except CandidateError as exc:
         return BuildOutcome(path, None, (Finding.of("candidate-invalid", str(exc), stage="load"),))
     try:
-        with WorkerProcess(options.worker) as worker:
+        with spawn(options.worker) as worker:
             hello = worker.call(protocol.Ping(device))
             if hello.get("usage_error"):
                 return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["usage_error"],

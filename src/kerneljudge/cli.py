@@ -371,3 +371,7 @@ def cache_clear(section: str | None, cache_dir: Path | None) -> None:
 
     removed = cache.clear(cache_dir or default_cache_dir(), section)
     click.echo(f"removed: {', '.join(removed) or 'nothing'}")
+
+
+from kerneljudge.cli_batch import run_command  # noqa: E402 - it uses this module's option groups
+main.add_command(run_command)

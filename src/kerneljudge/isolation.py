@@ -178,6 +178,10 @@ class WorkerProcess:
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """Stop the process now (from another thread too: a call waiting on it fails at once)."""
+        self._kill()
+
     def _kill(self) -> None:
         self.dead = True
         if self.process and self.process.poll() is None:

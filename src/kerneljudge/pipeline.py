@@ -117,10 +117,12 @@ def resolve_solution(solution: str | Path | None, problem: Problem, device_type:
 
 def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
              verb: str = "evaluate", pool: WorkerPool | None = None, on_progress: ProgressObserver = ignore,
-             clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3) -> Result:
+             clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3,
+             baselines: dict | None = None) -> Result:
     """Judge one candidate against one problem, and record the result (options.store_path).
     With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool); `on_progress` is
-    told what each stage is doing (progress.py).
+    told what each stage is doing (progress.py). `baselines`: a batch lane's memo of the baselines it
+    measured (stages/measure.py), reused by its later candidates of the same problem.
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
@@ -146,7 +148,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
                                        if problem.preset else ""), stage="load"))
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
-        _judge_in_workers(run, problem, candidate, device, seed, pool)
+        _judge_in_workers(run, problem, candidate, device, seed, pool, baselines)
     result = _result(run, problem, candidate, device, seed, verb)
     if options.store_path is not None:
         _record(result, options, verb, candidate, solution)
@@ -167,13 +169,13 @@ def _record(result: Result, options: Options, verb: str, candidate: Candidate | 
 
 
 def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
-                      pool: WorkerPool | None) -> None:
+                      pool: WorkerPool | None, baselines: dict | None = None) -> None:
     """The stages that run code: the candidate in its worker, the reference in the referee (started together,
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
     worker = pool.take(options.worker) if pool is not None else WorkerProcess(options.worker)
     referee = pool.take(options.worker, REFEREE) if pool is not None else WorkerProcess(options.worker, module=REFEREE)
-    judging = Judging(options, worker, referee, device, on_progress=run.on_progress)
+    judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines)
     try:
         with worker, referee:
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):

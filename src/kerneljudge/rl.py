@@ -3,6 +3,7 @@
     env = KernelEnv("l2/51", options=Options(device="cuda"))
     task = env.reset()                      # problem name, reference source, sizes, instructions
     step = env.step(policy(task["prompt"]))  # StepResult(reward, result, done, info)
+    steps = env.step_many([policy(task["prompt"]) for _ in range(64)])  # a batch of rollouts, one step
 
 Each `step` is one full judge run on the proposed source (written to a temporary .py file): the same
 pipeline, worker isolation, probes and timing as `kerneljudge eval` (`api.evaluate`), or `api.check`
@@ -157,6 +158,32 @@ class KernelEnv:
             "reward": asdict(self.reward) | {"integrity_codes": sorted(self.reward.integrity_codes)},
         }
 
+    def step_many(self, sources: list[str], *, lanes: int | None = None) -> list[StepResult]:
+        """A batched step: every source judged as `step` judges one (same rewards), on the batch scheduler
+        (api.evaluate_many: builds overlapped, one lane per GPU); results in the order of `sources`. The
+        episode advances by one step."""
+        if not self._ready:
+            raise RuntimeError("call reset() before step_many(), and again after an episode is done")
+        verb = "evaluate" if self.options.timing.enabled else "check"
+        with tempfile.TemporaryDirectory(prefix="kj-rl-") as folder:
+            entries = []
+            for i, source in enumerate(sources):
+                path = Path(folder) / f"candidate_{i}.py"
+                path.write_text(source)
+                entries.append({"problem": str(self.problem_ref), "solution": str(path), "id": str(i)})
+            results = {f.job.id: f.result for f in api.evaluate_many(entries, self.options, verb=verb, lanes=lanes)}
+        self.steps += 1
+        done = self.steps >= self.max_steps
+        if done:
+            self._ready = False
+        return [self._step_result(results[str(i)], done) for i in range(len(sources))]
+
+    def _step_result(self, result: Result, done: bool) -> StepResult:
+        reward, terms = reward_of(result, self.reward)
+        return StepResult(reward=reward, result=result, done=done,
+                          info={"step": self.steps, "verdict": result.verdict, "terms": terms,
+                                "feedback": report.brief(result)})
+
     def step(self, source: str) -> StepResult:
         """Judge `source` (the full text of a candidate .py file); usage errors of the environment's own
         configuration (unknown problem, no GPU) raise KernelJudgeError, candidate failures never raise."""
@@ -168,13 +195,10 @@ class KernelEnv:
             path.write_text(source)
             result = verb(self.problem_ref, path, self.options, pool=self.pool)
         self.steps += 1
-        reward, terms = reward_of(result, self.reward)
         done = self.steps >= self.max_steps
         if done:
             self._ready = False
-        return StepResult(reward=reward, result=result, done=done,
-                          info={"step": self.steps, "verdict": result.verdict, "terms": terms,
-                                "feedback": report.brief(result)})
+        return self._step_result(result, done)
 
 
 def instructions_text(*, timed: bool, trials: int) -> str:

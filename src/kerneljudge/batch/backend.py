@@ -55,6 +55,7 @@ class Job:
     problem_id: int | None = None
     sample_id: int | None = None
     labels: dict = field(default_factory=dict)  # free data from a manifest line, copied to the JSON lines
+    problem_json: dict = field(default_factory=dict)  # records.Problem.to_json(): for a result made at the build
 
     @property
     def needs_build(self) -> bool:

@@ -28,6 +28,7 @@ class Judging:
     findings: list[Finding] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # what the probes saw, for the report
     on_progress: ProgressObserver = ignore
+    baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
 
     def tell(self, stage: str, message: str, done: int | None = None, total: int | None = None) -> None:
         self.on_progress(ProgressEvent(stage, message, done, total))

@@ -246,8 +246,15 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
 
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> tuple[dict, list[str]]:
     """Eager always (it calibrates the cross-check; a short run when baselines are off), torch.compile from
-    the cache while the eager time it was measured beside agrees with this run's."""
+    the cache while the eager time it was measured beside agrees with this run's. In a batch lane
+    (`j.baselines`), a problem's baselines are measured in full once: later candidates time eager only
+    as long as the cross-check needs, and reuse the lane's baselines while that time agrees with them."""
     opts = j.options.timing
+    memo = j.baselines.get(problem_key) if j.baselines is not None and opts.baselines else None
+    if memo is not None:
+        short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms)
+        if short is not None and _agrees(short.stats.median_ms, memo["eager"]["median_ms"]):
+            return {"_eager_timer": short_timer, **memo}, sorted(memo)
     eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms)
     found: dict[str, Any] = {"_eager_timer": eager_timer}
     if not opts.baselines:
@@ -259,8 +266,7 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
     if opts.compile_baseline and eager is not None:
         entry = cache.load(j.options.cache_dir, "baselines", problem_key) or {}
         then = entry.get("eager_median_ms")
-        if isinstance(then, (int, float)) and then > 0 and entry.get("compile") and \
-                1 / COMPILE_CACHE_FACTOR <= eager.stats.median_ms / then <= COMPILE_CACHE_FACTOR:
+        if isinstance(then, (int, float)) and entry.get("compile") and _agrees(eager.stats.median_ms, then):
             found["compile"], cached = entry["compile"], ["compile"]
         else:
             compiled, _, _, why = _measure(j, j.referee, "compile", stop, clock_ms)
@@ -270,7 +276,15 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
             elif compiled.stats.rel_sem <= CACHEABLE_REL_SEM:
                 cache.save(j.options.cache_dir, "baselines", problem_key,
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
+    if j.baselines is not None and found.get("eager"):
+        j.baselines[problem_key] = {name: found[name] for name in ("eager", "compile") if name in found}
     return found, cached
+
+
+def _agrees(median_ms: float, then_ms) -> bool:
+    """An eager time within COMPILE_CACHE_FACTOR of the one a kept baseline was measured beside."""
+    return isinstance(then_ms, (int, float)) and then_ms > 0 and \
+        1 / COMPILE_CACHE_FACTOR <= median_ms / then_ms <= COMPILE_CACHE_FACTOR
 
 
 def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None, after: RemoteTimer | None,

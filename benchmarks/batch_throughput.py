@@ -1,0 +1,280 @@
+"""Batch throughput on one GPU (issue 15): a mixed batch through the batch scheduler, as `kerneljudge run`
+runs it, with where the time went.
+
+    PYTHONPATH=src python benchmarks/batch_throughput.py [--lanes N] [--budget-ms 300] [--warm]
+
+The batch (~42 candidates) is generated from the problems shipped in the repository (the built-in suite:
+5 level-1 problems and level2/51, at their full sizes), so it needs nothing beside the repository:
+per problem an honest PyTorch rewrite (the problem's computation restated as ModelNew) twice, a wrong
+one and a crashing one; and CUDA `load_inline` candidates, every one a distinct source (so a cold build
+each, in a fresh cache unless --warm): ReLU, softmax and sum kernels at several block sizes (honest), a
+wrong ReLU kernel, an out-of-bounds kernel (illegal address: a poisoned CUDA context), a compile error,
+and the shipped level2/51 CUDA solution under four extension names. Timing is on (baselines: eager; the
+torch.compile baseline is off to keep the run under 8 minutes; say --compile-baseline to include it).
+
+Prints a table per candidate and the totals: candidates per GPU-hour; the lane's busy fraction while
+built candidates were waiting (time a lane was judging / time candidates were ready and waiting), and
+the GPU's utilisation then (nvidia-smi, sampled every 0.25 s, when available); the batch's wall time
+against the sum of the per-candidate stage times and against the issue's bound
+max(total build time / CPU cores, total judging time) x 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kerneljudge import suite
+from kerneljudge.batch.runner import local_batch
+from kerneljudge.options import Options
+
+PROBLEMS = ["level1/1", "level1/19", "level1/23", "level1/47", "level1/63", "level2/51"]
+
+HEAD = "import os\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+
+ELEMENTWISE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void kj_kernel(const float* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) { BODY; }
+}
+torch::Tensor run(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="NAME", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=SOURCE,
+                  functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.run(x.contiguous())
+'''
+
+ROWWISE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+// one thread per output element of a (rows, inner) view: KIND
+__global__ void kj_kernel(const float* x, float* y, long rows, long length, long inner) {
+    long o = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (o >= rows * inner) return;
+    long r = o / inner, c = o % inner;
+    const float* p = x + r * length * inner + c;
+    BODY
+}
+torch::Tensor run(torch::Tensor x, long dim) {
+    x = x.contiguous();
+    long length = x.size(dim), rows = 1, inner = 1;
+    for (long d = 0; d < dim; ++d) rows *= x.size(d);
+    for (long d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+    auto y = OUTPUT;
+    long n = rows * inner;
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), rows, length, inner);
+    return y;
+}
+"""
+ext = load_inline(name="NAME", cpp_sources="torch::Tensor run(torch::Tensor x, long dim);", cuda_sources=SOURCE,
+                  functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim=1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return ext.run(x, self.dim)
+'''
+SOFTMAX_BODY = ("float m = -INFINITY; for (long k = 0; k < length; ++k) m = fmaxf(m, p[k * inner]);"
+                " float s = 0.f; for (long k = 0; k < length; ++k) s += expf(p[k * inner] - m);"
+                " float* q = y + r * length * inner + c;"
+                " for (long k = 0; k < length; ++k) q[k * inner] = expf(p[k * inner] - m) / s;")
+SUM_BODY = "float s = 0.f; for (long k = 0; k < length; ++k) s += p[k * inner]; y[o] = s;"
+SUM_OUTPUT = "torch::empty({rows, 1, inner}, x.options()).view([&]{ auto s = x.sizes().vec(); s[dim] = 1; return s; }())"
+
+
+def _model_copy(problem_path: Path) -> str:
+    """The problem's computation restated as ModelNew (its Model class, renamed)."""
+    source = problem_path.read_text()
+    start = source.index("class Model(")
+    end = source.find("\n\n\n", start)
+    body = source[start:end if end > 0 else len(source)]
+    return HEAD + "\n\n" + body.replace("class Model(", "class ModelNew(").replace("super(Model,", "super(ModelNew,") + "\n"
+
+
+def _with_forward_change(copy: str, change: str) -> str:
+    """The copy with its forward's return value changed (`change` formats the returned expression)."""
+    lines = copy.splitlines()
+    forward = next(i for i, line in enumerate(lines) if "def forward" in line)
+    returns = [i for i in range(forward, len(lines)) if lines[i].strip().startswith("return ")]
+    last = returns[-1] if returns else None
+    if last is None:
+        raise ValueError("no return in forward")
+    indent = lines[last][:len(lines[last]) - len(lines[last].lstrip())]
+    lines[last] = indent + "return " + change.format(lines[last].strip()[len("return "):])
+    return "\n".join(lines) + "\n"
+
+
+def generate(folder: Path) -> list[dict]:
+    """The candidate files and the manifest entries (problem, solution, id, kind)."""
+    entries = []
+
+    def add(problem: str, name: str, text: str, kind: str) -> None:
+        path = folder / f"{problem.replace('/', '_')}__{name}.py"
+        path.write_text(text)
+        entries.append({"problem": problem, "solution": str(path), "id": f"{problem}/{name}", "kind": kind})
+
+    tag = os.urandom(3).hex()  # distinct extension names per run of the benchmark: cold builds in a warm cache too
+    for problem in PROBLEMS:
+        copy = _model_copy(suite.find_builtin(problem).path)
+        add(problem, "honest", copy, "pytorch honest")
+        add(problem, "honest2", copy.replace("import os\n", "import os  # restated\n"), "pytorch honest")
+        add(problem, "wrong", _with_forward_change(copy, "({}) * 1.01 + 0.01"), "pytorch wrong")
+        add(problem, "crash", _with_forward_change(copy, "os._exit(3) or ({})"), "pytorch crash")
+    for block in (128, 256, 512, 1024):
+        add("level1/19", f"cuda_relu_{block}", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.f ? x[i] : 0.f")
+            .replace("BLOCK", str(block)).replace("NAME", f"kj_relu_{block}_{tag}"), "cuda honest")
+    add("level1/19", "cuda_relu_wrong", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.1f ? x[i] : 0.f")
+        .replace("BLOCK", "256").replace("NAME", f"kj_relu_wrong_{tag}"), "cuda wrong")
+    add("level1/19", "cuda_illegal_address", ELEMENTWISE.replace("BODY", "y[i + (1L << 40)] = x[i]")
+        .replace("BLOCK", "256").replace("NAME", f"kj_relu_oob_{tag}"), "cuda crash (poisoned context)")
+    add("level1/19", "cuda_compile_error", ELEMENTWISE.replace("BODY", "y[i] = undefined_name(x[i])")
+        .replace("BLOCK", "256").replace("NAME", f"kj_relu_bad_{tag}"), "cuda compile error")
+    for block in (128, 256, 512):
+        add("level1/23", f"cuda_softmax_{block}", ROWWISE.replace("BODY", SOFTMAX_BODY).replace("OUTPUT", "torch::empty_like(x)")
+            .replace("BLOCK", str(block)).replace("KIND", "softmax").replace("NAME", f"kj_softmax_{block}_{tag}")
+            .replace("def __init__(self, dim=1)", "def __init__(self, dim=1)"), "cuda honest")
+    for block in (128, 256, 512):
+        add("level1/47", f"cuda_sum_{block}", ROWWISE.replace("BODY", SUM_BODY).replace("OUTPUT", SUM_OUTPUT)
+            .replace("BLOCK", str(block)).replace("KIND", "sum").replace("NAME", f"kj_sum_{block}_{tag}"), "cuda honest")
+    shipped = suite.shipped_solutions("level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd")["cuda"].read_text()
+    for variant in range(4):
+        renamed = re.sub(r'name="([A-Za-z0-9_]+)"', lambda m: f'name="{m.group(1)}_{variant}_{tag}"', shipped)
+        add("level2/51", f"cuda_shipped_{variant}", renamed, "cuda honest")
+    return entries
+
+
+class Sampler:
+    """Samples, every 0.25 s: whether candidates were built and waiting, how many lanes were judging, and
+    the GPU's utilisation (nvidia-smi) when available."""
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        self.status = None
+        self.samples: list[tuple[bool, int, float | None]] = []
+        self.done = threading.Event()
+        self.smi = shutil.which("nvidia-smi")
+
+    def on_change(self, status) -> None:
+        self.status = status
+
+    def _gpu_utilisation(self) -> float | None:
+        if not self.smi:
+            return None
+        try:
+            out = subprocess.run([self.smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
+                                 capture_output=True, text=True, timeout=2).stdout
+            return float(out.strip().splitlines()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    def run(self) -> None:
+        while not self.done.wait(0.25):
+            status = self.status
+            if status is None:
+                continue
+            judging = sum(1 for doing in status.lanes.values() if doing not in ("idle", "done"))
+            self.samples.append((status.ready > 0, judging, self._gpu_utilisation()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lanes", type=int, default=None, help="judging lanes (default: every visible GPU)")
+    parser.add_argument("--budget-ms", type=float, default=300.0)
+    parser.add_argument("--compile-baseline", action="store_true")
+    parser.add_argument("--warm", action="store_true", help="reuse ~/.cache/kerneljudge (default: a fresh cache)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--pytorch-only", action="store_true", help="leave the CUDA candidates out (a CPU smoke run)")
+    parser.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated subset of the problems")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="kj-batch-bench-"))
+    chosen = args.problems.split(",")
+    entries = [e for e in generate(work) if e["problem"] in chosen and
+               not (args.pytorch_only and e["kind"].startswith("cuda"))]
+    cache_dir = Options().cache_dir if args.warm else work / "cache"
+    options = Options(device=args.device, store_path=None, cache_dir=cache_dir, problems_root=None).replace(
+        timing={"budget_ms": args.budget_ms, "compile_baseline": args.compile_baseline}, worker={"timeout_s": 240.0})
+    kinds = {e["id"]: e["kind"] for e in entries}
+    print(f"{len(entries)} candidates over {len(chosen)} problems; cache {cache_dir}; {os.cpu_count()} CPU cores",
+          flush=True)
+    rows = []
+    started = time.monotonic()
+    with local_batch(entries, options, lanes=args.lanes) as batch:
+        lanes = len(batch.scheduler.backend.lanes())
+        sampler = Sampler(lanes)
+        batch.scheduler.on_change = sampler.on_change
+        thread = threading.Thread(target=sampler.run, daemon=True)
+        thread.start()
+        for finished, line in batch:
+            stage_ms = sum(finished.result.stage_ms.values())
+            rows.append((finished, line, stage_ms))
+            print(f"{time.monotonic() - started:7.1f} s  {finished.job.id:34} {kinds[finished.job.id]:30} "
+                  f"{line['verdict']:5} {','.join(line['codes'][:3])[:40]:40} build {finished.build_ms / 1e3:6.1f} s "
+                  f"judge {finished.judge_ms / 1e3:6.1f} s wait {finished.waited_ms / 1e3:6.1f} s", flush=True)
+        sampler.done.set()
+        wall_s = time.monotonic() - started
+    build_s = sum(f.build_ms for f, _, _ in rows) / 1e3
+    judge_s = sum(f.judge_ms for f, _, _ in rows) / 1e3
+    stages_s = sum(s for _, _, s in rows) / 1e3
+    waiting = [s for s in sampler.samples if s[0]]
+    busy = sum(min(s[1], lanes) for s in waiting) / (len(waiting) * lanes) if waiting else None
+    utilisation = [s[2] for s in waiting if s[2] is not None]
+    bound = 1.2 * max(build_s / (os.cpu_count() or 1), judge_s / lanes)
+    verdicts = {v: sum(line["verdict"] == v for _, line, _ in rows) for v in ("pass", "fail", "error")}
+    print()
+    print("| candidates | lanes | wall s | per candidate s | candidates/GPU-hour | sum build s | sum judge s | "
+          "sum stage s | wall / stage sum | bound 1.2 x max(build/cores, judge/lanes) s | lane busy while waiting | "
+          "GPU util while waiting | pass/fail/error |")
+    print("|" + "---|" * 13)
+    print(f"| {len(rows)} | {lanes} | {wall_s:.1f} | {wall_s / max(1, len(rows)):.2f} | "
+          f"{3600 * len(rows) / (wall_s * lanes):.0f} | {build_s:.1f} | {judge_s:.1f} | {stages_s:.1f} | "
+          f"{wall_s / stages_s:.2f} | {bound:.1f} | {f'{100 * busy:.0f}%' if busy is not None else 'n/a'} | "
+          f"{f'{sum(utilisation) / len(utilisation):.0f}%' if utilisation else 'n/a'} | "
+          f"{verdicts['pass']}/{verdicts['fail']}/{verdicts['error']} |")
+    judged = [(f, s) for f, _, s in rows if f.lane is not None]
+    if judged:
+        print(f"judged on a lane: {len(judged)}; mean judge {sum(f.judge_ms for f, _ in judged) / len(judged) / 1e3:.2f} s "
+              f"per candidate (stages {sum(s for _, s in judged) / len(judged) / 1e3:.2f} s)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

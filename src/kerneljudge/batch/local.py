@@ -1,0 +1,167 @@
+"""The local backend: builds in worker processes on this host's CPUs, one judging lane per device.
+
+Each lane judges through `pipeline.evaluate` with its own WorkerPool, so every candidate gets a fresh
+worker and referee (a crash, a hang past the time limit or a poisoned CUDA context ends that
+candidate only; the lane's next candidate starts clean) and with its own baseline memo (a problem's
+baselines are measured once per lane, i.e. once per device and run). Timing holds the device's
+timing lock (devicelock.py): lanes on different GPUs time at once; CPU lanes share the "cpu" lock, so
+their timings are serialised while their checks overlap.
+
+The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
+as the current candidate's worker has answered (a process importing torch on the host does not move
+a device time; its CUDA start happens before the current one times); on a CPU lane only after the
+evaluation, as WorkerPool does (a process importing torch would compete with a host-clock measurement).
+
+Builds run in the devices' toolchain without touching a GPU: the target architecture is asked once of
+a worker on the first GPU (or given with --arch), and builders run as CPU workers with that
+architecture, so their cache keys are the ones the lanes' imports look up.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+from kerneljudge import builder, pipeline, protocol
+from kerneljudge.batch.backend import Job
+from kerneljudge.isolation import WORKER, WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.options import Options, WorkerOptions
+from kerneljudge.progress import ProgressEvent, ProgressObserver
+from kerneljudge.records import Result
+
+
+class _Tracked:
+    """The processes started for a lane or the build pool, so that `stop` can end them from another thread."""
+
+    def __init__(self):
+        self.live: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        self.stopped = False
+        self.lock = threading.Lock()
+
+    def add(self, process: WorkerProcess) -> WorkerProcess:
+        with self.lock:
+            if self.stopped:
+                process.dead = True  # its first call fails at once
+            self.live.add(process)
+        return process
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            processes = list(self.live)
+        for process in processes:
+            process.kill()
+
+
+class _LanePool(WorkerPool):
+    """A WorkerPool whose processes in use can be stopped (Ctrl-C) and that starts no spares once stopped."""
+
+    def __init__(self, tracked: _Tracked):
+        super().__init__()
+        self.tracked = tracked
+
+    def take(self, options: WorkerOptions, module: str = WORKER) -> WorkerProcess:
+        return self.tracked.add(super().take(options, module))
+
+    def fill(self) -> None:
+        if not self.tracked.stopped:
+            super().fill()
+
+    def close(self) -> None:
+        """Spares never ran candidate code: killed, not waited for (one still importing torch would not
+        see its channel close for seconds)."""
+        with self._lock:
+            for spare in [p for ready in self.ready.values() for p in ready]:
+                spare.kill()
+        super().close()
+
+
+class LocalLane:
+    """Judges on one local device ("cuda:1", or "cpu")."""
+
+    def __init__(self, name: str, device: str):
+        self.name = name
+        self.device = device
+        self.tracked = _Tracked()
+        self.pool = _LanePool(self.tracked)
+        self.baselines: dict = {}  # problem key -> baselines, for this lane's run (measure.py)
+        self.prestart = device.startswith("cuda")
+
+    def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
+        options = job.options.replace(device=self.device, store_path=None)
+        started = {"done": False}
+
+        def observe(event: ProgressEvent) -> None:
+            if self.prestart and not started["done"] and event.stage == "build":
+                started["done"] = True
+                self.pool.fill()  # the next candidate's processes, while this one builds and is checked
+            on_progress(event)
+
+        return pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
+                                 on_progress=observe, baselines=self.baselines)
+
+    def stop(self) -> None:
+        self.tracked.stop()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class LocalBackend:
+    """Builds on `build_slots` CPU workers; lanes on `devices` (one name each: cuda:0, cuda:1, or cpu)."""
+
+    def __init__(self, devices: Sequence[str], options: Options, *, build_slots: int):
+        self.options = options
+        self.build_slots = max(1, build_slots)
+        self._lanes = [LocalLane(device if device.startswith("cuda") else f"cpu:{i}", device)
+                       for i, device in enumerate(devices)]
+        self.gpu = next((d for d in devices if d.startswith("cuda")), None)
+        self.tracked = _Tracked()
+        self._arch: str | None = options.arch
+        self._arch_lock = threading.Lock()
+
+    def lanes(self) -> Sequence[LocalLane]:
+        return self._lanes
+
+    def build(self, job: Job) -> builder.BuildOutcome:
+        options = job.options.replace(arch=self._target_arch(job.options))
+        return builder.build_one(job.solution, options, "cpu", spawn=lambda o: self.tracked.add(WorkerProcess(o)))
+
+    def _target_arch(self, options: Options) -> str | None:
+        """The GPUs' architecture for CUDA builds (asked once of a worker on the first GPU), else None."""
+        with self._arch_lock:
+            if self._arch is None and self.gpu is not None:
+                try:
+                    with self.tracked.add(WorkerProcess(options.worker)) as worker:
+                        hello = worker.call(protocol.Ping(self.gpu))
+                    self._arch = (hello.get("device") or {}).get("capability")
+                except WorkerFailure:
+                    pass
+            return self._arch
+
+    def stop(self) -> None:
+        self.tracked.stop()
+        for lane in self._lanes:
+            lane.stop()
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.close()
+
+
+
+def local_devices(device: str, lanes: int | None, environ: dict[str, str] | None = None,
+                  gpus_folder: Path = Path("/proc/driver/nvidia/gpus")) -> list[str]:
+    """The lanes' devices: `cuda:K` as given; on `cuda`, `lanes` GPUs (default: every visible one) as
+    cuda:0..; on the CPU, `lanes` CPU lanes (default 1), all "cpu" (their timings serialised)."""
+    if device.startswith("cuda:"):
+        return [device]
+    if device == "cuda":
+        visible = (environ if environ is not None else os.environ).get("CUDA_VISIBLE_DEVICES")
+        count = len([v for v in visible.split(",") if v.strip()]) if visible is not None else \
+            len(list(gpus_folder.glob("*")))
+        return [f"cuda:{i}" for i in range(lanes or max(1, count))]
+    return ["cpu"] * (lanes or 1)

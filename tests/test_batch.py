@@ -1,0 +1,266 @@
+"""Batches (`kerneljudge run`, batch/): a KernelBench run folder of 10 candidates over 3 built-in problems
+(small presets, no timing) with a crash, a hang and a compile error, interrupted with SIGINT and SIGKILL
+and resumed, nothing lost or doubled; the exported eval_results.json field by field; the scheduler's
+rules with a fake backend; the Python API's batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+
+from kerneljudge import api
+from kerneljudge.batch import export
+from kerneljudge.batch.backend import Job
+from kerneljudge.batch.journal import FILE_NAME, Journal
+from kerneljudge.batch.local import local_devices
+from kerneljudge.batch.scheduler import Scheduler
+from kerneljudge.builder import BuildOutcome
+from kerneljudge.options import Options
+from kerneljudge.records import Finding, Result
+from kerneljudge.rl import KernelEnv
+from kerneljudge.store import Store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scaled_relu import GOOD, PROBLEM, WRONG  # noqa: E402
+
+HEADER = "import os\nimport torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n" \
+         "    def __init__(self, *args):\n        super().__init__()\n\n    def forward(self, x):\n"
+BAD_FLAG = ("import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+            "ext = load_inline(name='kj_batch_bad_flag', cpp_sources='torch::Tensor f(torch::Tensor x) { return x; }',\n"
+            "                  functions=['f'], extra_cflags=['-fno-such-flag-for-kerneljudge'])\n\n"
+            "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.f(x)\n")
+# (problem, sample) -> (forward body, or a whole file; what it must come to)
+CANDIDATES = {
+    (19, 0): ("return torch.clamp_min(x, 0.0)", "pass"),
+    (19, 1): ("return x * 0.5", "fail"),
+    (19, 2): ("os._exit(3)", "error"),  # a crash
+    (19, 3): ("while True:\n            pass", "error"),  # a hang: the per-candidate timeout
+    (23, 0): (BAD_FLAG, "error"),  # a compile error, found on the build pool
+    (23, 1): ("return torch.softmax(x, dim=1)", "pass"),
+    (23, 2): ("return torch.softmax(x, dim=0)", "fail"),
+    (47, 0): ("return torch.sum(x, dim=1, keepdim=True)", "pass"),
+    (47, 1): ("return torch.sum(x, dim=2, keepdim=True)", "fail"),
+    (47, 2): ("return x.sum(dim=1, keepdim=True) + 0.0", "pass"),
+}
+EXPECTED_CODE = {(19, 2): "candidate-exit", (19, 3): "timeout", (23, 0): "compile-error"}
+TIMEOUT_S = "25"
+
+
+def _write_run_folder(folder: Path) -> None:
+    folder.mkdir()
+    for (problem, sample), (body, _) in CANDIDATES.items():
+        text = body if body.startswith("import") else HEADER + f"        {body}\n"
+        (folder / f"level_1_problem_{problem}_sample_{sample}_kernel.py").write_text(text)
+
+
+def _command(run: Path) -> list[str]:
+    return [sys.executable, "-m", "kerneljudge", "run", str(run), "--device", "cpu", "--no-timing", "--timeout",
+            TIMEOUT_S, "--gpus", "2", "--build-jobs", "1", "--json"]
+
+
+def _journal_lines(run: Path) -> list[dict]:
+    path = run / FILE_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip() and '"key"' in line]
+
+
+def _interrupt(command, env, cwd, run: Path, signum: int, after_lines: int) -> subprocess.CompletedProcess:
+    """Start the command, send `signum` once the journal holds `after_lines` results, return how it ended."""
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(_journal_lines(run)) < after_lines and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_run_folder_interrupted_resumed_and_exported(tmp_path, cache_dir):
+    run = tmp_path / "runs" / "trial"
+    run.parent.mkdir()
+    _write_run_folder(run)
+    store = tmp_path / "results.sqlite"
+    env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir), "KERNELJUDGE_STORE": str(store),
+           "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env.pop("KERNELJUDGE_PROBLEMS_ROOT", None)
+    cwd = tmp_path  # no ../shared/kernelbench from here: the built-in suite, small presets on the CPU
+
+    first = _interrupt(_command(run), env, cwd, run, signal.SIGINT, 2)
+    assert first.returncode == 128 + signal.SIGINT, first.stderr
+    assert "interrupted" in first.stderr and "resume" in first.stderr
+    kept = _journal_lines(run)
+    assert 2 <= len(kept) < len(CANDIDATES)
+
+    second = _interrupt(_command(run), env, cwd, run, signal.SIGKILL, len(kept) + 1)
+    assert second.returncode == -signal.SIGKILL
+    streamed = [json.loads(line) for line in second.stdout.splitlines()]
+    assert sum(1 for line in streamed if line.get("skipped")) == len(kept)  # resumed, not judged again
+
+    third = subprocess.run(_command(run), env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 2, third.stderr  # some could not be judged
+    lines = [json.loads(line) for line in third.stdout.splitlines()]
+    summary = lines[-1]
+    assert summary["summary"] and summary["total"] == summary["finished"] == len(CANDIDATES)
+    assert summary["skipped"] >= len(kept) + 1
+
+    # nothing lost or doubled: one journal line and one store record per candidate
+    journal = _journal_lines(run)
+    assert Counter(line["id"] for line in journal) == Counter(
+        f"level1/{p}/sample{s}" for p, s in CANDIDATES)
+    records = Store(store).history(run_id=summary["run_id"], limit=100)
+    assert len(records) == len(CANDIDATES)
+    assert len({r["candidate_path"] for r in records}) == len(CANDIDATES)
+
+    by_id = {line["id"]: line for line in journal}
+    for (problem, sample), (_, verdict) in CANDIDATES.items():
+        line = by_id[f"level1/{problem}/sample{sample}"]
+        assert line["verdict"] == verdict, (problem, sample, line["codes"])
+        if (problem, sample) in EXPECTED_CODE:
+            assert EXPECTED_CODE[(problem, sample)] in line["codes"]
+    assert by_id["level1/23/sample0"]["lane"] is None  # a compile error ends on the build pool
+
+    results = json.loads((run / "eval_results.json").read_text())
+    assert sorted(results) == ["19", "23", "47"]
+    for (problem, sample), (_, verdict) in CANDIDATES.items():
+        entries = results[str(problem)]
+        assert [e["sample_id"] for e in entries] == sorted(s for p, s in CANDIDATES if p == problem)
+        entry = next(e for e in entries if e["sample_id"] == sample)
+        assert set(entry) == {"sample_id", "compiled", "correctness", "metadata", "runtime", "runtime_stats"}
+        assert entry["compiled"] is ((problem, sample) != (23, 0))
+        assert entry["correctness"] is (verdict == "pass")
+        assert entry["runtime"] == -1.0 and entry["runtime_stats"] == {}  # not timed
+        metadata = entry["metadata"]
+        assert metadata["device"].startswith("cpu") and metadata["hardware"]
+        if (problem, sample) == (23, 0):
+            assert "compilation_error" in metadata and metadata["correctness_trials"] == "(0 / 0)"
+        elif verdict == "pass":
+            assert metadata["correctness_trials"] == "(5 / 5)"
+        elif verdict == "fail":
+            assert "correctness_issue" in metadata
+        else:
+            assert "runtime_error" in metadata
+    csv_rows = (run / "kerneljudge_results.csv").read_text().splitlines()
+    assert len(csv_rows) == 1 + len(CANDIDATES)
+
+
+def _job(name: str, sha: str, kinds=("cpp",)) -> Job:
+    return Job(id=name, problem="p.py", solution=Path(f"{name}.py"), options=Options(store_path=None, device="cpu"),
+               key=name, kinds=kinds, sha256=sha, problem_json={"name": "p"})
+
+
+class _FakeLane:
+    def __init__(self, name, log, release):
+        self.name, self.log, self.release = name, log, release
+
+    def judge(self, job, on_progress):
+        self.log.append((self.name, job.id))
+        self.release.wait(5)
+        return Result("pass", (), (), {"name": "p"}, {}, {"type": "cpu"}, {}, "strict")
+
+    def stop(self):
+        self.release.set()
+
+    def close(self):
+        pass
+
+
+class _FakeBackend:
+    build_slots = 2
+
+    def __init__(self, lanes):
+        self._lanes = lanes
+        self.built: list[str] = []
+
+    def build(self, job):
+        self.built.append(job.sha256)
+        bad = job.sha256 == "bad"
+        return BuildOutcome(job.solution, None, (Finding.of("compile-error", "no", stage="build"),) if bad else ())
+
+    def lanes(self):
+        return self._lanes
+
+    def stop(self):
+        for lane in self._lanes:
+            lane.stop()
+
+    def close(self):
+        pass
+
+
+def test_scheduler_shares_builds_ends_compile_errors_and_feeds_free_lanes():
+    release, log = threading.Event(), []
+    release.set()
+    backend = _FakeBackend([_FakeLane("a", log, release), _FakeLane("b", log, release)])
+    jobs = [_job("one", "s1"), _job("two", "s1"), _job("bad", "bad"), _job("plain", "s2", kinds=())]
+    finished = list(Scheduler(backend).run(jobs))
+    assert sorted(backend.built) == ["bad", "s1"]  # one build per source; nothing to build for plain PyTorch
+    assert sorted(f.job.id for f in finished) == ["bad", "one", "plain", "two"]
+    bad = next(f for f in finished if f.job.id == "bad")
+    assert bad.lane is None and bad.result.verdict == "error" and bad.result.findings[0].code == "compile-error"
+    assert sorted(job for _, job in log) == ["one", "plain", "two"]
+
+
+def test_scheduler_stop_drops_what_is_in_flight():
+    release, log = threading.Event(), []
+    backend = _FakeBackend([_FakeLane("a", log, release)])
+    scheduler = Scheduler(backend)
+    results = scheduler.run([_job("x", "s", kinds=()), _job("y", "t", kinds=())])
+    threading.Timer(0.3, scheduler.stop).start()
+    assert list(results) == []  # the judging cut short by the stop is not reported
+    assert log == [("a", "x")]
+
+
+def test_journal_cuts_a_half_written_line_and_keeps_its_run_id(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append({"id": "a", "key": "k1", "verdict": "pass"})
+    with open(tmp_path / FILE_NAME, "a") as out:
+        out.write('{"id": "b", "key": "k2", "ver')  # killed mid-line
+    again = Journal(tmp_path)
+    assert again.run_id == journal.run_id and set(again.done) == {"k1"}
+    again.append({"id": "b", "key": "k2", "verdict": "fail"})
+    assert [line["id"] for line in Journal(tmp_path).latest()] == ["a", "b"]
+    assert Journal(tmp_path, force=True).done == {}
+
+
+def test_lanes_per_device():
+    assert local_devices("cpu", 3) == ["cpu", "cpu", "cpu"]
+    assert local_devices("cuda", None, environ={"CUDA_VISIBLE_DEVICES": "2,5"}) == ["cuda:0", "cuda:1"]
+    assert local_devices("cuda:1", 4) == ["cuda:1"]
+
+
+def test_kernelbench_entry_of_a_timed_pass():
+    stats = {"n": 100, "mean_ms": 1.5, "std_ms": 0.1, "min_ms": 1.2, "max_ms": 2.0, "median_ms": 1.4}
+    line = {"id": "x", "sample_id": 3, "compiled": True, "correct": True, "verdict": "pass", "codes": [], "lane": "cuda:0",
+            "result": {"device": {"type": "cuda", "name": "NVIDIA H200"}, "trials": [{"passed": True}] * 5,
+                       "findings": [], "timing": {"candidate": stats}}}
+    entry = export.kernelbench_entry(line)
+    assert entry["runtime"] == 1.5
+    assert entry["runtime_stats"] == {"mean": 1.5, "std": 0.1, "min": 1.2, "max": 2.0, "num_trials": 100,
+                                      "hardware": "NVIDIA H200", "device": "cuda:0"}
+    assert entry["metadata"]["correctness_trials"] == "(5 / 5)"
+
+
+def test_evaluate_many_and_batched_env_step(tmp_path, fast):
+    problem = tmp_path / "scaled_relu.py"
+    problem.write_text(PROBLEM)
+    good, wrong = tmp_path / "good.py", tmp_path / "wrong.py"
+    good.write_text(GOOD)
+    wrong.write_text(WRONG)
+    verdicts = {f.job.id: f.result.verdict for f in api.evaluate_many(
+        [(problem, good), {"problem": str(problem), "solution": str(wrong), "id": "w"}], fast, lanes=2)}
+    assert verdicts == {"0": "pass", "w": "fail"}
+
+    env = KernelEnv(problem, options=fast)
+    env.reset()
+    steps = env.step_many([WRONG, GOOD])
+    assert [s.info["verdict"] for s in steps] == ["fail", "pass"]
+    assert steps[1].reward > steps[0].reward > 0 and all(s.done for s in steps)
