@@ -183,6 +183,11 @@ class RayBackend:
     def lanes(self) -> Sequence[RayLane]:
         return self._lanes
 
+    @property
+    def device_type(self) -> str:
+        """What the judges run candidates on: "cuda" on a cluster with GPUs unless the options say cpu."""
+        return "cuda" if self.pool.gpus and self.pool.device != "cpu" else "cpu"
+
     def hardware(self) -> str:
         """The judges' hardware name, for the resume keys (batch/keys.py)."""
         return self.pool.hardware()
