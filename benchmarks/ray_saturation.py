@@ -87,8 +87,10 @@ def main() -> None:
         problem = str(load_problem("level2/51").path)
         solution = suite.default_solution("level2/51", "cpu")
         size = len(json.dumps(canned.to_json()))
-        ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=args.judges, log_to_driver=False, logging_level="ERROR")
-        pool = JudgePool(ray, judges=args.judges, device="cpu", actor=type("StandIn", (StandIn,), {"canned": canned.to_json()}))
+        cpus = args.judges + (os.cpu_count() or 1)  # logical: one per judge actor, as on a cluster
+        ray.init(address="local", num_cpus=cpus, num_gpus=args.judges, log_to_driver=False, logging_level="ERROR")
+        stand_in = type("StandIn", (StandIn,), {"canned": canned.to_json()})
+        pool = JudgePool(ray, judges=args.judges, device="cpu", actor=stand_in)
         through_pool(pool, problem, solution, options, min(500, args.results))  # warm: actors up, imports done
         figures = {"driver": args.results / through_pool(pool, problem, solution, options, args.results)}
 

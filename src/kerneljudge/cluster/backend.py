@@ -27,7 +27,7 @@ from kerneljudge.cluster.task import JudgeTask
 from kerneljudge.errors import KernelJudgeError, UsageError
 from kerneljudge.options import Options
 from kerneljudge.problem import load_problem
-from kerneljudge.progress import ProgressEvent, ProgressObserver
+from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Finding, Result
 
 #: Deaths of its judge after which a candidate is recorded as `judge-lost`.
@@ -96,14 +96,20 @@ class JudgePool:
             raise UsageError(f"no judge actor was free for {self.actor_wait_s:.0f} s: the cluster has no live "
                              "judge (its GPU nodes are gone or taken; see `ray status`)") from None
 
-    def judge(self, task: JudgeTask) -> Result:
-        """The task's Result, from the first actor that lives through it."""
+    def judge(self, task: JudgeTask, on_progress: ProgressObserver = ignore) -> Result:
+        """The task's Result, from the first actor that lives through it; `on_progress` is told which
+        node and GPU each attempt runs on."""
         errors = self.ray.exceptions
         attempts = 0
         while True:
             actor = self._take()
             if actor is None:  # stopped
                 return lost_result(task, attempts, "the run was stopped")
+            where = self.where.get(actor, {})
+            gpus = ",".join(where.get("gpu_ids", [])) or "-"
+            on_progress(ProgressEvent("judge", f"judging on {where.get('hostname', '?')} (node "
+                                      f"{where.get('node_ip', '?')}, GPU {gpus})"
+                                      + (f", attempt {attempts + 1}" if attempts else "")))
             try:
                 data = self.ray.get(actor.judge.remote(task.to_json()))
             except (errors.RayActorError, errors.ActorUnavailableError) as exc:
@@ -151,9 +157,8 @@ class RayLane:
         self.pool = pool
 
     def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
-        on_progress(ProgressEvent("judge", "on a Ray judge actor"))
         options = job.options.replace(device=self.pool.device, store_path=None)
-        return self.pool.judge(JudgeTask.of(job.key, job.problem, job.solution, options, job.verb))
+        return self.pool.judge(JudgeTask.of(job.key, job.problem, job.solution, options, job.verb), on_progress)
 
     def stop(self) -> None:
         """The pool stops every lane at once (RayBackend.stop)."""
@@ -204,9 +209,8 @@ class RayBackend:
             return BuildOutcome(job.solution, None, ())
         finally:
             self._builds.discard(ref)
-        build = data["build"]
-        return BuildOutcome(job.solution, Build(**{**build, "extensions": tuple(build["extensions"])}) if build else None,
-                            tuple(Finding.from_json(f) for f in data["findings"]))
+        build = data["build"] and Build(**{**data["build"], "extensions": tuple(data["build"]["extensions"])})
+        return BuildOutcome(job.solution, build, tuple(Finding.from_json(f) for f in data["findings"]))
 
     def _target_arch(self, options: Options) -> str | None:
         """The judges' GPU architecture for CUDA builds on CPU nodes (asked once of a judge), else None."""
