@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, Sequence
 
 from kerneljudge.batch.backend import Job
@@ -32,6 +33,9 @@ from kerneljudge.records import Build, Finding, Result
 
 #: Deaths of its judge after which a candidate is recorded as `judge-lost`.
 MAX_ATTEMPTS = 3
+
+#: Longest pause between two questions to a restarting judge actor.
+REJOIN_PAUSE_S = 2.0
 
 #: Seconds a lane waits for a live judge actor before the run stops with a usage error (a cluster
 #: whose GPUs are all gone or taken).
@@ -80,13 +84,19 @@ class JudgePool:
         return "+".join(sorted({r["hardware"] for r in ready}))
 
     def _rejoin(self, actor) -> None:
-        """Put `actor` back in the pool once it answers (at once when alive; after Ray restarts it)."""
+        """Put `actor` back in the pool once it answers: at once when alive, after Ray restarts it when it
+        died (a call made while it restarts can fail: it is asked again), never once the pool is stopped."""
         def wait() -> None:
-            try:
-                self.where[actor] = self.ray.get(actor.ready.remote(self.device))
-            except self.ray.exceptions.RayError:
-                return  # killed for good (stop, close)
-            self._free.put(actor)
+            pause_s = 0.1
+            while not self._stopped:
+                try:
+                    self.where[actor] = self.ray.get(actor.ready.remote(self.device))
+                except self.ray.exceptions.RayError:
+                    time.sleep(pause_s)
+                    pause_s = min(pause_s * 2, REJOIN_PAUSE_S)
+                    continue
+                self._free.put(actor)
+                return
         threading.Thread(target=wait, name="kj-ray-rejoin", daemon=True).start()
 
     def _take(self):
@@ -127,7 +137,8 @@ class JudgePool:
             return Result.from_json(data)
 
     def stop(self) -> None:
-        """End every evaluation in flight (their actors are killed) and free the lanes waiting for one."""
+        """End every evaluation in flight (their actors are killed) and free the lanes waiting for one;
+        the pool is done (the actors are not restarted)."""
         self._stopped = True
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
@@ -226,5 +237,4 @@ class RayBackend:
         self.pool.stop()
 
     def close(self) -> None:
-        for actor in self.pool.actors:
-            self.ray.kill(actor, no_restart=True)
+        self.pool.stop()
