@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ray
 
-from kerneljudge import pipeline, suite
+from kerneljudge import pipeline
 from kerneljudge.cluster.backend import JudgePool
 from kerneljudge.cluster.task import JudgeTask
 from kerneljudge.options import Options
@@ -84,8 +84,9 @@ def main() -> None:
         options = Options(device="cpu", store_path=None, cache_dir=Path(folder) / "cache").replace(
             timing={"enabled": False})
         canned = canned_result(options)
-        problem = str(load_problem("level2/51").path)
-        solution = suite.default_solution("level2/51", "cpu")
+        problem = load_problem("level2/51")
+        solution = pipeline.resolve_solution(None, problem, "cpu")  # the shipped solution the canned result judged
+        problem = str(problem.path)
         size = len(json.dumps(canned.to_json()))
         cpus = args.judges + (os.cpu_count() or 1)  # logical: one per judge actor, as on a cluster
         ray.init(address="local", num_cpus=cpus, num_gpus=args.judges, log_to_driver=False, logging_level="ERROR")
