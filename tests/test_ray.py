@@ -1,8 +1,12 @@
 """The Ray backend on a local two-node cluster (ray.cluster_utils.Cluster): fake "GPU" resources, one
 per node, the judge on the CPU, timing off. The batch scheduler gives the same verdicts and resume keys
 on it as on the local backend; a candidate that kills its judge, a judge killed from outside and a node
-killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure. The
-cluster starts once for the module (each candidate is a real evaluation in a real worker)."""
+killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure.
+
+Longer than the suite's 90 s aim: the module runs 20 real evaluations (a worker and a referee each,
+the slow ones sleeping 6 s at import) and starts a 3-node cluster once. Measured on the 2-core
+development machine while other test runs loaded it (load average ~20): 40-55 s cluster start, 4-5 min
+for the module; each test's own candidates are the fewest that show its fault."""
 
 from __future__ import annotations
 
