@@ -9,6 +9,7 @@ Whatever the result says about those temporary paths is put back to the driver's
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,11 @@ from kerneljudge.errors import KernelJudgeError
 from kerneljudge.options import Options
 from kerneljudge.problem import load_problem
 from kerneljudge.suite import builtin_name
+
+
+#: Held while the driver parses a problem or a candidate: lanes make tasks from several threads, and
+#: CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion depth mismatch", seen here).
+_PARSING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -39,14 +45,15 @@ class JudgeTask:
            verb: str = "evaluate") -> "JudgeTask":
         """Read the problem and the solution on the driver. One that cannot be read is shipped by name
         only: the actor's pipeline then reports it, as a local run would."""
-        try:
-            solution_source = load_candidate(solution).source
-        except KernelJudgeError:
-            solution_source = None
-        try:
-            problem = load_problem(problem_ref, problems_root=options.problems_root)
-        except KernelJudgeError:
-            problem = None
+        with _PARSING:
+            try:
+                solution_source = load_candidate(solution).source
+            except KernelJudgeError:
+                solution_source = None
+            try:
+                problem = load_problem(problem_ref, problems_root=options.problems_root)
+            except KernelJudgeError:
+                problem = None
         builtin = problem is not None and problem.builtin
         ref, problem_file, as_path = str(problem_ref), None, False
         if builtin:
