@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Sequence
 
+import kerneljudge
 from kerneljudge.batch.backend import Job
 from kerneljudge.builder import BuildOutcome
 from kerneljudge.cluster import require_ray
@@ -43,11 +44,16 @@ ACTOR_WAIT_S = 600.0
 
 
 def connect(address: str | None):
-    """Ray, connected to the cluster at `address` ("auto": the running one; None: a new local one)."""
+    """Ray, connected to the cluster at `address` ("auto": the running one; None: a new local one).
+    The driver's kerneljudge travels to the nodes with the job (Ray's py_modules), so the judges run the
+    driver's code whatever is installed there (the nodes need its dependencies: torch, ...). A program
+    that started Ray itself passes `runtime_env={"py_modules": [kerneljudge]}` to its own ray.init, or
+    installs kerneljudge on every node."""
     ray = require_ray()
     if not ray.is_initialized():
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR",
+                     runtime_env={"py_modules": [kerneljudge]})
         except ConnectionError as exc:
             raise UsageError(f"cannot connect to a Ray cluster at {address!r}: {exc}; start one (ray start "
                              "--head) or give its address") from exc
@@ -80,7 +86,11 @@ class JudgePool:
     def hardware(self, timeout_s: float | None = None) -> str:
         """The judges' hardware name for the resume keys ("cuda:NVIDIA H200"); several models joined by
         "+" (a result's own device section says which one judged it)."""
-        ready = self.ray.get([a.ready.remote(self.device) for a in self.actors], timeout=timeout_s)
+        try:
+            ready = self.ray.get([a.ready.remote(self.device) for a in self.actors], timeout=timeout_s)
+        except self.ray.exceptions.RayError as exc:
+            raise UsageError(f"the judge actors cannot start on the cluster: {str(exc).splitlines()[-1]}; every "
+                             "node needs kerneljudge's dependencies (torch, ...) in the Python Ray runs") from exc
         return "+".join(sorted({r["hardware"] for r in ready}))
 
     def _rejoin(self, actor) -> None:
