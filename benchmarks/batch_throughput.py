@@ -47,7 +47,7 @@ from torch.utils.cpp_extension import load_inline
 
 SOURCE = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 __global__ void kj_kernel(const float* x, float* y, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) { BODY; }
@@ -55,7 +55,7 @@ __global__ void kj_kernel(const float* x, float* y, long n) {
 torch::Tensor run(torch::Tensor x) {
     auto y = torch::empty_like(x);
     long n = x.numel();
-    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, c10::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }
@@ -79,7 +79,7 @@ from torch.utils.cpp_extension import load_inline
 
 SOURCE = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 // one thread per output element of a (rows, inner) view: KIND
 __global__ void kj_kernel(const float* x, float* y, long rows, long length, long inner) {
     long o = blockIdx.x * (long)blockDim.x + threadIdx.x;
@@ -95,7 +95,7 @@ torch::Tensor run(torch::Tensor x, long dim) {
     for (long d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
     auto y = OUTPUT;
     long n = rows * inner;
-    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+    kj_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, c10::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), y.data_ptr<float>(), rows, length, inner);
     return y;
 }
@@ -159,7 +159,7 @@ def generate(folder: Path) -> list[dict]:
         add(problem, "wrong", _with_forward_change(copy, "({}) * 1.01 + 0.01"), "pytorch wrong")
         add(problem, "crash", _with_forward_change(copy, "os._exit(3) or ({})"), "pytorch crash")
     for block in (128, 256, 512, 1024):
-        add("level1/19", f"cuda_relu_{block}", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.f ? x[i] : 0.f")
+        add("level1/19", f"cuda_relu_{block}", ELEMENTWISE.replace("BODY", "y[i] = x[i] < 0.f ? 0.f : x[i]")
             .replace("BLOCK", str(block)).replace("NAME", f"kj_relu_{block}_{tag}"), "cuda honest")
     add("level1/19", "cuda_relu_wrong", ELEMENTWISE.replace("BODY", "y[i] = x[i] > 0.1f ? x[i] : 0.f")
         .replace("BLOCK", "256").replace("NAME", f"kj_relu_wrong_{tag}"), "cuda wrong")
@@ -217,6 +217,7 @@ class Sampler:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", type=int, default=None, help="judging lanes (default: every visible GPU)")
+    parser.add_argument("--lanes-per-gpu", type=int, default=1, help="lanes sharing a GPU (checks overlap)")
     parser.add_argument("--budget-ms", type=float, default=300.0)
     parser.add_argument("--compile-baseline", action="store_true")
     parser.add_argument("--warm", action="store_true", help="reuse ~/.cache/kerneljudge (default: a fresh cache)")
@@ -237,7 +238,7 @@ def main() -> None:
           flush=True)
     rows = []
     started = time.monotonic()
-    with local_batch(entries, options, lanes=args.lanes) as batch:
+    with local_batch(entries, options, lanes=args.lanes, lanes_per_gpu=args.lanes_per_gpu) as batch:
         lanes = len(batch.scheduler.backend.lanes())
         sampler = Sampler(lanes)
         batch.scheduler.on_change = sampler.on_change

@@ -19,6 +19,7 @@ from pathlib import Path
 from kerneljudge import api
 from kerneljudge.batch import export
 from kerneljudge.batch.backend import Job
+from kerneljudge.batch.gate import DeviceGate, Holder
 from kerneljudge.batch.journal import FILE_NAME, Journal
 from kerneljudge.batch.local import local_devices
 from kerneljudge.batch.scheduler import Scheduler
@@ -235,6 +236,34 @@ def test_lanes_per_device():
     assert local_devices("cpu", 3) == ["cpu", "cpu", "cpu"]
     assert local_devices("cuda", None, environ={"CUDA_VISIBLE_DEVICES": "2,5"}) == ["cuda:0", "cuda:1"]
     assert local_devices("cuda:1", 4) == ["cuda:1"]
+    assert local_devices("cuda", 1, per_gpu=2) == ["cuda:0", "cuda:0"]
+
+
+def test_a_timing_waits_for_the_lanes_sharing_its_device_and_goes_before_new_stages():
+    gate, log = DeviceGate(), []
+    checking = Holder(gate)
+    checking.on_stage("check")  # one lane checks on the device
+
+    def lane(name: str, stage: str) -> threading.Thread:
+        def run():
+            holder = Holder(gate)
+            holder.on_stage(stage)
+            log.append(name)
+            holder.release()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    timing = lane("timing", "timing")
+    time.sleep(0.3)
+    assert timing.is_alive() and log == []  # a timing never starts beside another lane's stage
+    later = lane("later check", "build")
+    time.sleep(0.3)
+    assert later.is_alive() and log == []  # a stage that starts meanwhile waits for the timing
+    checking.release()
+    timing.join(5)
+    later.join(5)
+    assert log == ["timing", "later check"]
 
 
 def test_kernelbench_entry_of_a_timed_pass():
@@ -249,18 +278,28 @@ def test_kernelbench_entry_of_a_timed_pass():
     assert entry["metadata"]["correctness_trials"] == "(5 / 5)"
 
 
-def test_evaluate_many_and_batched_env_step(tmp_path, fast):
+def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast):
     problem = tmp_path / "scaled_relu.py"
     problem.write_text(PROBLEM)
-    good, wrong = tmp_path / "good.py", tmp_path / "wrong.py"
-    good.write_text(GOOD)
-    wrong.write_text(WRONG)
-    verdicts = {f.job.id: f.result.verdict for f in api.evaluate_many(
-        [(problem, good), {"problem": str(problem), "solution": str(wrong), "id": "w"}], fast, lanes=2)}
-    assert verdicts == {"0": "pass", "w": "fail"}
+    first, second = tmp_path / "good.py", tmp_path / "good2.py"
+    first.write_text(GOOD)
+    second.write_text(GOOD.replace("clamp_min(x * self.scale, 0.0)", "relu(x * self.scale)"))
+    timed = fast.replace(timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
+                                 "warmup_runs": 1, "compile_baseline": False})
+    finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
+                                                           "id": "second"}], timed, lanes=1))
+    assert sorted(f.job.id for f in finished) == ["0", "second"]
+    assert all(f.result.verdict == "pass" and f.result.timing["baselines"]["eager"] for f in finished)
+    # the lane's first candidate of the problem measured the baselines, the second reused them
+    assert [f.result.timing["baselines_cached"] for f in finished] == [[], ["eager"]]
+    assert finished[0].result.timing["baselines"]["eager"] == finished[1].result.timing["baselines"]["eager"]
 
+
+def test_batched_env_step(tmp_path, fast):
+    problem = tmp_path / "scaled_relu.py"
+    problem.write_text(PROBLEM)
     env = KernelEnv(problem, options=fast)
     env.reset()
-    steps = env.step_many([WRONG, GOOD])
+    steps = env.step_many([WRONG, GOOD], lanes=2)
     assert [s.info["verdict"] for s in steps] == ["fail", "pass"]
     assert steps[1].reward > steps[0].reward > 0 and all(s.done for s in steps)

@@ -57,10 +57,12 @@ def submit(problem: str | Path, solution: str | Path | None = None, options: Opt
 
 
 def evaluate_many(pairs: Iterable[tuple[str | Path, str | Path] | dict], options: Options | None = None, *,
-                  verb: str = "evaluate", lanes: int | None = None, build_jobs: int | None = None,
+                  verb: str = "evaluate", lanes: int | None = None, lanes_per_gpu: int = 1,
+                  build_jobs: int | None = None,
                   journal_dir: str | Path | None = None, force: bool = False, **changes) -> Iterator[Finished]:
     """Judge many candidates on the batch scheduler (`kerneljudge run`'s): builds on every CPU, one lane
-    per GPU (`lanes`: how many; on a CPU run, CPU lanes), each lane taking the next built candidate.
+    per GPU (`lanes`: how many; on a CPU run, CPU lanes; `lanes_per_gpu` to overlap one candidate's checks
+    with another's, timings still alone), each lane taking the next built candidate.
     `pairs` are (problem, solution) tuples or manifest entries ({problem, solution, id, options}).
     Yields a `batch.Finished` per candidate as it ends (`.job.id`: the entry's id, else its index as a
     string; `.result`: the Result). With `journal_dir`, what an earlier call finished is skipped. Leaving
@@ -69,7 +71,8 @@ def evaluate_many(pairs: Iterable[tuple[str | Path, str | Path] | dict], options
 
     options = (options or Options()).replace(**changes)
     entries = [p if isinstance(p, dict) else {"problem": p[0], "solution": p[1]} for p in pairs]
-    with local_batch(entries, options, verb=verb, lanes=lanes, build_jobs=build_jobs, force=force,
+    with local_batch(entries, options, verb=verb, lanes=lanes, lanes_per_gpu=lanes_per_gpu, build_jobs=build_jobs,
+                     force=force,
                      journal_dir=Path(journal_dir) if journal_dir is not None else None) as batch:
         for finished, _ in batch:
             yield finished

@@ -35,6 +35,8 @@ KERNELBENCH_NEARBY = Path("../shared/kernelbench")  # where a KernelBench checko
 @click.option("--gpus", "lanes", type=click.IntRange(min=1), default=None,
               help="Judging lanes: GPUs (default: every visible one); on a CPU run, CPU lanes (default 1, "
                    "timing serialised).")
+@click.option("--lanes-per-gpu", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Lanes sharing each GPU: their checks overlap, a timing runs alone.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: all cores).")
 @click.option("--force", is_flag=True, help="Judge again what an earlier run of this batch finished.")
 @click.option("--backend", "backend_name", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -44,7 +46,8 @@ KERNELBENCH_NEARBY = Path("../shared/kernelbench")  # where a KernelBench checko
 @click.option("--no-timing", is_flag=True, help="Skip timing.")
 @with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def run_command(source: Path, problem: str | None, kernelbench: Path | None, out: Path | None, lanes: int | None,
-                build_jobs: int | None, force: bool, backend_name: str, address: str, no_timing: bool, **kw) -> None:
+                lanes_per_gpu: int, build_jobs: int | None, force: bool, backend_name: str, address: str,
+                no_timing: bool, **kw) -> None:
     """Judge a batch of candidates: a KernelBench run folder (level_L_problem_P_sample_S_kernel.py), a
     folder of candidates for --problem, or a JSONL manifest of {problem, solution, id, options}.
     Running it again resumes; --json streams one JSON line per candidate and a summary line."""
@@ -66,7 +69,8 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
         backend = RayBackend(options, address=address, judges=lanes, build_slots=build_jobs)
         device_type, hardware_name = backend.device_type, backend.hardware()
     else:
-        backend = LocalBackend(local_devices(device, lanes), options, build_slots=build_jobs or os.cpu_count() or 1)
+        backend = LocalBackend(local_devices(device, lanes, lanes_per_gpu), options,
+                               build_slots=build_jobs or os.cpu_count() or 1)
         device_type = device.split(":")[0]
         hardware_name = hardware(device_type)
     setting = Setting(options.replace(problems_root=root), device_type, hardware_name, kernelbench=root)
@@ -79,13 +83,13 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     batch = BatchRun(jobs, backend, journal=journal, store_path=options.store_path, on_change=panel or (lambda s: None))
     if as_json:
         for line in batch.skipped:
-            click.echo(json.dumps({**export.public(line), "skipped": True}))
+            _stream({**export.public(line), "skipped": True})
     interrupted = None
     try:
         with _signals_interrupt(), panel or nullcontext():
             for _, line in batch:
                 if as_json:
-                    click.echo(json.dumps(export.public(line)))
+                    _stream(export.public(line))
                 elif panel is not None:
                     panel.finished(line)
     except Interrupted as exc:
@@ -96,7 +100,7 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     written = export.write(folder, lines)
     summary = batch.summary(interrupted=interrupted is not None)
     if as_json:
-        click.echo(json.dumps({**summary, "run_id": batch.run_id, "files": [str(p) for p in written]}))
+        _stream({**summary, "run_id": batch.run_id, "files": [str(p) for p in written]})
     elif sys.stdout.isatty() or interrupted is None:
         click.echo(f"{summary['finished']}/{summary['total']} judged ({summary['skipped']} from an earlier run): "
                    f"pass {summary['pass']}, fail {summary['fail']}, error {summary['error']} in "
@@ -106,3 +110,9 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
                    "run the same command again to resume", err=True)
         sys.exit(128 + interrupted.signum)
     sys.exit(0 if summary["error"] == summary["fail"] == 0 else 1 if summary["error"] == 0 else 2)
+
+
+def _stream(data: dict) -> None:
+    """One JSON line on stdout, flushed at once (a reader sees each candidate as it ends)."""
+    click.echo(json.dumps(data))
+    sys.stdout.flush()

@@ -292,6 +292,7 @@ def _timing_lock(run: Run, worker: WorkerProcess):
         run.on_progress(ProgressEvent("timing", f"waiting for the timing lock on {key}, held by "
                                       f"{f'pid {holder}' if holder else 'another evaluation'}", notice=True))
 
+    run.on_progress(ProgressEvent("timing", f"taking the timing lock on {key}"))  # a batch lane's cue (batch/gate.py)
     with devicelock.timing_lock(run.options.cache_dir / "locks", key, on_wait=on_wait,
                                 clock_ms=run.clock_ms) as wait:
         if wait is not None:

@@ -15,6 +15,7 @@ UsageError naming it, before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -155,9 +156,18 @@ def _job(job_id: str, problem: Problem, solution: Path, options: Options, settin
 
 
 def _unique(jobs: list[Job]) -> list[Job]:
+    """The jobs, their ids checked unique; a job without KernelBench's sample id gets its place among its
+    problem's jobs (so eval_results.json numbers a batch's samples the same way in every run)."""
     seen: set[str] = set()
     for job in jobs:
         if job.id in seen:
             raise UsageError(f"two candidates of the batch have the id {job.id!r}")
         seen.add(job.id)
-    return jobs
+    places: dict[str, int] = {}
+    numbered = []
+    for job in jobs:
+        if job.sample_id is None:
+            place = places[job.problem] = places.get(job.problem, -1) + 1
+            job = dataclasses.replace(job, sample_id=place)
+        numbered.append(job)
+    return numbered

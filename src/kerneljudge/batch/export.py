@@ -74,16 +74,12 @@ def kernelbench_entry(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def eval_results(lines: list[dict[str, Any]]) -> dict[int | None, dict[str, list[dict[str, Any]]]]:
-    """Per level: {problem_id: [samples by sample_id]}. A job without KernelBench numbers is filed under
-    its problem's name, its samples numbered in the batch's order."""
+    """Per level: {problem_id: [samples by sample_id]}. A job without KernelBench's problem id is filed under
+    its problem's name (its sample id is its place in the batch, discover.py)."""
     levels: dict[int | None, dict[str, list[dict[str, Any]]]] = {}
     for line in lines:
         problem_id = str(line["problem_id"]) if line.get("problem_id") is not None else str(line["problem"])
-        samples = levels.setdefault(line.get("level"), {}).setdefault(problem_id, [])
-        entry = kernelbench_entry(line)
-        if entry["sample_id"] is None:
-            entry["sample_id"] = len(samples)
-        samples.append(entry)
+        levels.setdefault(line.get("level"), {}).setdefault(problem_id, []).append(kernelbench_entry(line))
     for problems in levels.values():
         for samples in problems.values():
             samples.sort(key=lambda e: e["sample_id"])

@@ -1,16 +1,18 @@
-"""The local backend: builds in worker processes on this host's CPUs, one judging lane per device.
+"""The local backend: builds in worker processes on this host's CPUs, judging lanes on the devices.
 
 Each lane judges through `pipeline.evaluate` with its own WorkerPool, so every candidate gets a fresh
 worker and referee (a crash, a hang past the time limit or a poisoned CUDA context ends that
-candidate only; the lane's next candidate starts clean) and with its own baseline memo (a problem's
-baselines are measured once per lane, i.e. once per device and run). Timing holds the device's
-timing lock (devicelock.py): lanes on different GPUs time at once; CPU lanes share the "cpu" lock, so
-their timings are serialised while their checks overlap.
+candidate only; the lane's next candidate starts clean). The lanes of one device (one per GPU by
+default, `per_gpu` more; CPU lanes all share "cpu") share its gate (gate.py): their stages run side by
+side, a timing runs alone; and its baseline memo (a problem's baselines are measured once per device
+and run). Timing also holds the device's timing lock (devicelock.py) against other judges.
 
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
-as the current candidate's worker has answered (a process importing torch on the host does not move
-a device time; its CUDA start happens before the current one times); on a CPU lane only after the
-evaluation, as WorkerPool does (a process importing torch would compete with a host-clock measurement).
+as the current candidate's worker has answered. A spare only imports torch on the host until it is
+taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
+runs on the GPU while the current candidate is timed. On a CPU lane spares start only after an
+evaluation, as WorkerPool does (a process importing torch would compete with a host-clock timing);
+with several CPU lanes, another lane's spare may still be importing torch while a lane times.
 
 Builds run in the devices' toolchain without touching a GPU: the target architecture is asked once of
 a worker on the first GPU (or given with --arch), and builders run as CPU workers with that
@@ -27,6 +29,7 @@ from typing import Sequence
 
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
+from kerneljudge.batch.gate import DeviceGate, Holder
 from kerneljudge.isolation import WORKER, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.progress import ProgressEvent, ProgressObserver
@@ -80,30 +83,44 @@ class _LanePool(WorkerPool):
 
 
 class LocalLane:
-    """Judges on one local device ("cuda:1", or "cpu")."""
+    """Judges on one local device ("cuda:1", or "cpu"), sharing it with the device's other lanes through
+    `gate` (gate.py) and their baselines through `baselines` (problem key -> baselines, measure.py)."""
 
-    def __init__(self, name: str, device: str):
+    def __init__(self, name: str, device: str, gate: DeviceGate, baselines: dict):
         self.name = name
         self.device = device
+        self.gate = gate
+        self.baselines = baselines
         self.tracked = _Tracked()
         self.pool = _LanePool(self.tracked)
-        self.baselines: dict = {}  # problem key -> baselines, for this lane's run (measure.py)
         self.prestart = device.startswith("cuda")
 
     def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
         options = job.options.replace(device=self.device, store_path=None)
+        holder = Holder(self.gate, on_wait=self._not_counted)
         started = {"done": False}
 
         def observe(event: ProgressEvent) -> None:
+            holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
                 self.pool.fill()  # the next candidate's processes, while this one builds and is checked
             on_progress(event)
 
-        return pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
-                                 on_progress=observe, baselines=self.baselines)
+        try:
+            return pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
+                                     on_progress=observe, baselines=self.baselines)
+        finally:
+            holder.release()
+
+    def _not_counted(self, waited_s: float) -> None:
+        """Time spent waiting for the device's other lanes is not the candidate's (its worker's time limit)."""
+        for process in list(self.tracked.live):
+            if process.process is not None and not process.dead:
+                process.extend_deadline(waited_s)
 
     def stop(self) -> None:
+        self.gate.stop()
         self.tracked.stop()
 
     def close(self) -> None:
@@ -116,7 +133,9 @@ class LocalBackend:
     def __init__(self, devices: Sequence[str], options: Options, *, build_slots: int):
         self.options = options
         self.build_slots = max(1, build_slots)
-        self._lanes = [LocalLane(device if device.startswith("cuda") else f"cpu:{i}", device)
+        gates = {device: DeviceGate() for device in devices}
+        memos: dict[str, dict] = {device: {} for device in devices}
+        self._lanes = [LocalLane(_lane_name(devices, i), device, gates[device], memos[device])
                        for i, device in enumerate(devices)]
         self.gpu = next((d for d in devices if d.startswith("cuda")), None)
         self.tracked = _Tracked()
@@ -153,15 +172,25 @@ class LocalBackend:
 
 
 
-def local_devices(device: str, lanes: int | None, environ: dict[str, str] | None = None,
+def _lane_name(devices: Sequence[str], i: int) -> str:
+    """cuda:1; with several lanes on a GPU cuda:1#2; CPU lanes cpu:0, cpu:1, ..."""
+    device = devices[i]
+    if device == "cpu":
+        return f"cpu:{i}"
+    same = [k for k, d in enumerate(devices) if d == device]
+    return device if len(same) == 1 else f"{device}#{same.index(i)}"
+
+
+def local_devices(device: str, lanes: int | None, per_gpu: int = 1, environ: dict[str, str] | None = None,
                   gpus_folder: Path = Path("/proc/driver/nvidia/gpus")) -> list[str]:
     """The lanes' devices: `cuda:K` as given; on `cuda`, `lanes` GPUs (default: every visible one) as
-    cuda:0..; on the CPU, `lanes` CPU lanes (default 1), all "cpu" (their timings serialised)."""
+    cuda:0..; `per_gpu` lanes on each GPU; on the CPU, `lanes` CPU lanes (default 1), all "cpu". Lanes on
+    one device share it through its gate (gate.py): their timings run alone."""
     if device.startswith("cuda:"):
-        return [device]
+        return [device] * per_gpu
     if device == "cuda":
         visible = (environ if environ is not None else os.environ).get("CUDA_VISIBLE_DEVICES")
         count = len([v for v in visible.split(",") if v.strip()]) if visible is not None else \
             len(list(gpus_folder.glob("*")))
-        return [f"cuda:{i}" for i in range(lanes or max(1, count))]
+        return [f"cuda:{i}" for i in range(lanes or max(1, count)) for _ in range(per_gpu)]
     return ["cpu"] * (lanes or 1)

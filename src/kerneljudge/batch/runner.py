@@ -79,6 +79,7 @@ class BatchRun:
 
 @contextmanager
 def local_batch(entries: Iterable[dict], options: Options, *, verb: Verb = "evaluate", lanes: int | None = None,
+                lanes_per_gpu: int = 1,
                 build_jobs: int | None = None, journal_dir: Path | None = None, force: bool = False,
                 on_change: Callable[[Status], None] = lambda status: None) -> Iterator[BatchRun]:
     """A BatchRun of manifest entries on this machine's devices (the Python API's batches); with a
@@ -93,7 +94,7 @@ def local_batch(entries: Iterable[dict], options: Options, *, verb: Verb = "eval
     device_type = device.split(":")[0]
     jobs = entries_to_jobs(entries, Setting(options, device_type, hardware(device_type), verb=verb,
                                             kernelbench=options.problems_root))
-    backend = LocalBackend(local_devices(device, lanes), options, build_slots=build_jobs or os.cpu_count() or 1)
+    backend = LocalBackend(local_devices(device, lanes, lanes_per_gpu), options, build_slots=build_jobs or os.cpu_count() or 1)
     journal = Journal(journal_dir, force=force) if journal_dir is not None else None
     try:
         yield BatchRun(jobs, backend, journal=journal, store_path=options.store_path, on_change=on_change)

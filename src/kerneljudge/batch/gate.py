@@ -1,0 +1,94 @@
+"""One device shared by several lanes: their checks run side by side, a timing runs alone.
+
+Each lane on a device holds the device's gate while its evaluation uses it: shared for the stages
+that run code there (starting the processes, build, check, probes), exclusive for timing. A lane that
+asks for the timing waits until no other lane's stage is running, and stages that start meanwhile wait
+for the timing to end (a waiting timing goes first, so it is never starved). So the stages of the next
+candidates overlap with each other, and with nothing of a timing. The lane learns where its evaluation
+is from the pipeline's progress events (`Holder.on_stage`), which the pipeline sends at the start of each
+stage and before it takes the timing lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+#: Stages of an evaluation that run nothing on the device.
+HOST_ONLY = frozenset({"load"})
+
+
+class DeviceGate:
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.condition = threading.Condition()
+        self.sharing = 0
+        self.timing = False
+        self.timings_waiting = 0
+        self.stopped = False  # the batch is stopping: nobody waits any more
+        self.clock = clock
+
+    def stop(self) -> None:
+        with self.condition:
+            self.stopped = True
+            self.condition.notify_all()
+
+    def share(self) -> float:
+        """Wait for no timing (running or waiting); the seconds waited."""
+        started = self.clock()
+        with self.condition:
+            while (self.timing or self.timings_waiting) and not self.stopped:
+                self.condition.wait()
+            self.sharing += 1
+        return self.clock() - started
+
+    def unshare(self) -> None:
+        with self.condition:
+            self.sharing -= 1
+            self.condition.notify_all()
+
+    def take(self) -> float:
+        """Wait until the device is free; the seconds waited."""
+        started = self.clock()
+        with self.condition:
+            self.timings_waiting += 1
+            while (self.timing or self.sharing) and not self.stopped:
+                self.condition.wait()
+            self.timings_waiting -= 1
+            self.timing = True
+        return self.clock() - started
+
+    def give_back(self) -> None:
+        with self.condition:
+            self.timing = False
+            self.condition.notify_all()
+
+
+class Holder:
+    """One evaluation's hold on a gate, moved along by its stages; `release` when the evaluation ends.
+    `on_wait(seconds)` is told each wait (the lane gives it back to the worker's time limit)."""
+
+    def __init__(self, gate: DeviceGate, on_wait: Callable[[float], None] = lambda seconds: None):
+        self.gate = gate
+        self.on_wait = on_wait
+        self.stage: str | None = None
+        self.held: str | None = None  # None, "shared" or "timing"
+
+    def on_stage(self, stage: str) -> None:
+        if stage == self.stage or stage in HOST_ONLY:
+            return
+        self.stage = stage
+        if stage == "timing" and self.held != "timing":
+            self.release()
+            self.on_wait(self.gate.take())
+            self.held = "timing"
+        elif self.held is None:
+            self.on_wait(self.gate.share())
+            self.held = "shared"
+
+    def release(self) -> None:
+        if self.held == "shared":
+            self.gate.unshare()
+        elif self.held == "timing":
+            self.gate.give_back()
+        self.held = None
