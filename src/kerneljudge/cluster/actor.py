@@ -26,12 +26,13 @@ from kerneljudge.pipeline import evaluate, resolve_device
 
 
 def node_info() -> dict[str, Any]:
-    """Where this process runs: the Ray node's id and address, the host name and the GPU ids Ray gave it."""
+    """Where this process runs: the Ray node's id and address, the host name, the GPU ids Ray gave it, and
+    this judge's pid (to find its log)."""
     import ray
 
     context = ray.get_runtime_context()
     return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+            "hostname": socket.gethostname(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "pid": os.getpid()}
 
 
 class JudgeActor:
@@ -43,9 +44,9 @@ class JudgeActor:
         self.baselines: dict = {}  # this GPU's baselines per problem, measured once (stages/measure.py)
 
     def ready(self, device: str) -> dict[str, Any]:
-        """Answers once the actor is up (after a restart too): where it runs, its pid, and the hardware
-        name the resume keys use (batch/keys.py, read from this node's files)."""
-        return {**self.node, "pid": os.getpid(), "hardware": hardware(resolve_device(device).split(":")[0])}
+        """Answers once the actor is up (after a restart too): where it runs, and the hardware name the
+        resume keys use (batch/keys.py, read from this node's files)."""
+        return {**self.node, "hardware": hardware(resolve_device(device).split(":")[0])}
 
     def capability(self, options: dict[str, Any]) -> str | None:
         """This GPU's architecture ("9.0"), asked of a worker: what CPU nodes build CUDA candidates for."""

@@ -35,6 +35,10 @@ from kerneljudge.records import Build, Finding, Result
 #: Deaths of its judge after which a candidate is recorded as `judge-lost`.
 MAX_ATTEMPTS = 3
 
+#: Seconds a free judge has to answer before it is given a candidate; one that does not (restarting,
+#: or waiting for a GPU after its node was lost) goes back to the rejoin queue.
+READY_S = 30.0
+
 #: Longest pause between two questions to a restarting judge actor.
 REJOIN_PAUSE_S = 2.0
 
@@ -125,7 +129,11 @@ class JudgePool:
             actor = self._take()
             if actor is None:  # stopped
                 return lost_result(task, attempts, "the run was stopped")
-            where = self.where.get(actor, {})
+            try:  # a judge that died while idle (its node lost, killed) is not this candidate's doing
+                where = self.where[actor] = self.ray.get(actor.ready.remote(self.device), timeout=READY_S)
+            except errors.RayError:
+                self._rejoin(actor)
+                continue
             gpus = ",".join(where.get("gpu_ids", [])) or "-"
             on_progress(ProgressEvent("judge", f"judging on {where.get('hostname', '?')} (node "
                                       f"{where.get('node_ip', '?')}, GPU {gpus})"
