@@ -3,10 +3,9 @@ per node, the judge on the CPU, timing off. The batch scheduler gives the same v
 on it as on the local backend; a candidate that kills its judge, a judge killed from outside and a node
 killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure.
 
-Longer than the suite's 90 s aim: the module runs 20 real evaluations (a worker and a referee each,
-the slow ones sleeping 6 s at import) and starts a 3-node cluster once. Measured on the 2-core
-development machine while other test runs loaded it (load average ~20): 40-55 s cluster start, 4-5 min
-for the module; each test's own candidates are the fewest that show its fault."""
+The module runs about 20 real evaluations (a worker and a referee each, the slow ones sleeping 6 s at
+import) and starts a 3-node cluster once: 83 s on the 2-core development machine, 163 s while other
+test runs loaded it (load average ~20); each test's candidates are the fewest that show its fault."""
 
 from __future__ import annotations
 
