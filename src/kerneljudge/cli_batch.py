@@ -39,10 +39,15 @@ KERNELBENCH_NEARBY = Path("../shared/kernelbench")  # where a KernelBench checko
               help="Lanes sharing each GPU: their checks overlap, a timing runs alone.")
 @click.option("--build-jobs", type=click.IntRange(min=1), default=None, help="Builds at once (default: all cores).")
 @click.option("--force", is_flag=True, help="Judge again what an earlier run of this batch finished.")
+@click.option("--backend", "backend_name", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where to build and judge: this machine, or a Ray cluster (one judge per GPU; docs/ray.md).")
+@click.option("--address", default="auto", show_default=True,
+              help="--backend ray: the cluster's address (auto: the running one).")
 @click.option("--no-timing", is_flag=True, help="Skip timing.")
 @with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def run_command(source: Path, problem: str | None, kernelbench: Path | None, out: Path | None, lanes: int | None,
-                lanes_per_gpu: int, build_jobs: int | None, force: bool, no_timing: bool, **kw) -> None:
+                lanes_per_gpu: int, build_jobs: int | None, force: bool, backend_name: str, address: str,
+                no_timing: bool, **kw) -> None:
     """Judge a batch of candidates: a KernelBench run folder (level_L_problem_P_sample_S_kernel.py), a
     folder of candidates for --problem, or a JSONL manifest of {problem, solution, id, options}.
     Running it again resumes; --json streams one JSON line per candidate and a summary line."""
@@ -58,12 +63,20 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     device = resolve_device(options.device)
     root = kernelbench or kw["problems_root"] or options.problems_root or (
         KERNELBENCH_NEARBY.resolve() if KERNELBENCH_NEARBY.is_dir() else None)
-    setting = Setting(options.replace(problems_root=root), device.split(":")[0], hardware(device.split(":")[0]),
-                      kernelbench=root)
+    if backend_name == "ray":
+        from kerneljudge.cluster.backend import RayBackend
+
+        backend = RayBackend(options, address=address, judges=lanes, build_slots=build_jobs)
+        device_type, hardware_name = backend.device_type, backend.hardware()
+    else:
+        backend = LocalBackend(local_devices(device, lanes, lanes_per_gpu), options,
+                               build_slots=build_jobs or os.cpu_count() or 1)
+        device_type = device.split(":")[0]
+        hardware_name = hardware(device_type)
+    setting = Setting(options.replace(problems_root=root), device_type, hardware_name, kernelbench=root)
     jobs = discover(source, setting, problem)
     folder = out or (source if source.is_dir() else source.parent)
     journal = Journal(folder, force=force)
-    backend = LocalBackend(local_devices(device, lanes, lanes_per_gpu), options, build_slots=build_jobs or os.cpu_count() or 1)
     as_json = kw["as_json"]
     shown = not as_json and sys.stderr.isatty()
     panel = display.LivePanel(f"run {journal.run_id}") if shown else None

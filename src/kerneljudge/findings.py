@@ -62,6 +62,10 @@ def _specs() -> dict[str, Spec]:
              "Run the kernel under compute-sanitizer to find the bad access; check launch bounds and indexing."),
         Spec("judge-error", "error", "The judge itself failed",
              "This is a bug in kerneljudge: please report it with the message shown."),
+        # issue 17: ray
+        Spec("judge-lost", "error", "The judge process died each time it judged this candidate",
+             "The candidate killed the process judging it (or its node failed each time): do not signal or "
+             "kill your parent process. A Ray run tries 3 times before it records this."),
         # --- wrong answers (verdict "fail") ----------------------------------------------------------
         Spec("wrong-output", "fail", "Output values differ from the reference beyond tolerance",
              "Compare against the reference on the trial shown; check indexing, reductions and accumulation precision.",
