@@ -178,12 +178,14 @@ def _skipped(name: str, path: str, why: str, started: float, problem: Problem | 
 
 
 def evaluation_notice(problem: Problem, options: Options, device: str, referee: WorkerProcess) -> list[Finding]:
-    """The `problem-degenerate` warning for the problem being judged, at the evaluation's sizes: from the
-    cache, or linted once in the evaluation's referee (a problem the lint cannot run gets no notice)."""
-    key = _key(problem, False, device)
+    """The `problem-degenerate` warning for the problem being judged: from the cache, or linted once in the
+    evaluation's referee at sizes lowered to the lint's budget, as `kerneljudge lint-problem` does by
+    default (the same cache entry): cheap and bounded whatever the evaluation's sizes, so a full-size
+    problem's lint never holds up or ends its evaluation. A problem the lint cannot run gets no notice."""
+    key = _key(problem, True, device)
     entry = cache.load(options.cache_dir, SECTION, key)
     if entry is None:
-        reply = referee.call(protocol.LintProblem(_wire(problem)))
+        reply = referee.call(protocol.LintProblem(_wire(problem), shrink=True))
         if "error" in reply:
             return []
         entry = {"findings": [Finding.of(f["code"], f["message"], stage=STAGE, **f.get("details", {})).to_json()
@@ -194,6 +196,6 @@ def evaluation_notice(problem: Problem, options: Options, device: str, referee: 
         return []
     said = "; ".join(f"{f['code'].removeprefix('problem-')}: {f['message']}" for f in flagged[:4])
     more = f" (and {len(flagged) - 4} more)" if len(flagged) > 4 else ""
-    return [Finding.of("problem-degenerate", f"this problem is degenerate or redundant at these sizes: {said}{more}. "
+    return [Finding.of("problem-degenerate", f"this problem is degenerate or redundant: {said}{more}. "
                        f"The verdict stands; `kerneljudge lint-problem {problem.path}` explains",
                        stage=STAGE, lint=[{"code": f["code"], "message": f["message"]} for f in flagged])]
