@@ -133,7 +133,9 @@ TIMED = {"enabled": True, "baselines": False, "min_runs": 24, "max_runs": 24, "t
 def test_thread_left_running_only_while_timed_is_seen_on_the_timed_calls(fast, name):
     result = judge(fast, name, timing=TIMED)
     spawned = [f for f in result.findings if f.code == "thread-spawn"]
-    assert result.verdict == "fail" and failing(result) == {"thread-spawn"}, explain(result)
+    # (timing-tampering may come too on a loaded machine: the threads slow the calls they are not timed in)
+    assert result.verdict == "fail" and "thread-spawn" in failing(result), explain(result)
+    assert failing(result) <= {"thread-spawn", "timing-tampering"}, explain(result)
     assert [f.stage for f in spawned] == ["timing"]  # the probes never saw it
     assert "while timed" in spawned[0].message and spawned[0].details["threads"][0].startswith("kj-")
 

@@ -107,7 +107,9 @@ def test_the_batch_gives_the_local_backends_verdicts_and_keys(cluster, options, 
 def test_a_candidate_that_kills_its_judge_is_an_error_and_the_run_goes_on(cluster, options):
     pool = JudgePool(ray, device="cpu", max_attempts=2)
     try:
-        killer = JudgeTask.of("killer", PROBLEM, CANDIDATES / "ray/kills_judge.py", options)
+        # with the PID namespace on, the candidate could not even see its judge (the sandbox's protection)
+        killer = JudgeTask.of("killer", PROBLEM, CANDIDATES / "ray/kills_judge.py",
+                              options.replace(worker={"sandbox_off": ("pid",)}))
         honest = JudgeTask.of("honest", PROBLEM, CANDIDATES / "core/correct.py", options)
         lost = pool.judge(killer)
         assert lost.verdict == "error" and _codes(lost) == ["judge-lost"], _codes(lost)

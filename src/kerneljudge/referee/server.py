@@ -173,8 +173,16 @@ class Referee:
         return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
 
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
-        inputs = self.session.draw(request.seed, expect=False)
-        return ranges.plan(self.session.reference64, inputs, request.seed, lambda: _clock_ns() / 1e6), []
+        session = self.session
+        inputs = session.draw(request.seed, expect=False)
+        # no range probes where the float64 reference does not run (the plan gave up on it, e.g. a forward
+        # that builds float32 tensors itself), nor where it fails on the probe's own draws
+        model64 = session.reference64 if session.plan.usable else None
+        try:
+            return ranges.plan(model64, inputs, request.seed, lambda: _clock_ns() / 1e6), []
+        except RuntimeError as exc:
+            why = f"the reference cannot run in float64: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            return {"probes": [], "skipped": [why], "sites": {}}, []
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None

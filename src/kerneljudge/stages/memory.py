@@ -83,8 +83,12 @@ def _ratios(block: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def reported(j: Judging, block: dict[str, Any]):
-    """Around the stages, inside the processes' lifetime: on the way out, the peaks into `block`."""
+    """Around the stages, inside the processes' lifetime: the peaks into `block` when the judgement finished or
+    ended (a stage's end, a worker's failure), never on an interrupt or a judge error, where asking a
+    process still running the candidate would wait for its deadline."""
     try:
         yield
-    finally:
+    except (StageEnded, WorkerFailure):
         report(j, block)
+        raise
+    report(j, block)

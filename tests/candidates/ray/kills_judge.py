@@ -1,10 +1,23 @@
-"""Kills the process that judges it (its worker's parent: the judge, a Ray actor there) when imported."""
+"""Kills the process that judges it (a Ray actor) when imported: the nearest ancestor that is not the
+sandbox's launcher (the test turns the PID namespace off, so the judge is in view)."""
 import os
 import signal
 
 import torch.nn as nn
 
-os.kill(os.getppid(), signal.SIGKILL)
+
+def _judge_pid() -> int:
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"kerneljudge.sandbox.launch" not in cmdline.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    return os.getppid()
+
+
+os.kill(_judge_pid(), signal.SIGKILL)
 
 
 class ModelNew(nn.Module):
