@@ -35,6 +35,7 @@ KILLS = "tests/test_mutation_kills.py"
 INTEGRITY = "tests/test_integrity.py"
 REFEREE = "tests/test_referee.py"
 ISOLATION = "tests/test_isolation.py"
+SANDBOX = "tests/test_sandbox.py"
 GPU = "tests/test_gpu.py"  # skipped without CUDA: the poison mutants are killed on the GPU (docs/mutation.md)
 PROBES = "tests/test_probes.py"
 
@@ -134,7 +135,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(PROBES, "while_timed"),)),
     # --- stages/measure.py: timed-output checks, cross-check, floor, baselines' cache ---------------------
     Mutation("timed-checks-off", "stages/measure.py",
-             "drawn = checked[\"calls\"] - 1 in forced or chooser.random() < CHECK_PROBABILITY", "drawn = False",
+             "drawn = position in forced or chooser.random() < CHECK_PROBABILITY", "drawn = False",
              (_k(INTEGRITY, "replay_during_timing"),)),
     Mutation("timed-check-probability-0", "stages/measure.py",
              "CHECK_PROBABILITY = 0.125", "CHECK_PROBABILITY = 0.0",
@@ -157,7 +158,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "*((None, None) if rule == \"timed\" else (check.atol, check.rtol)), rule, keep)",
              (_k(KILLS, "beyond_the_guaranteed"),), "the timed checks ignore --atol/--rtol"),
     Mutation("compile-cache-always-trusted", "stages/measure.py",
-             "1 / COMPILE_CACHE_FACTOR <= eager.stats.median_ms / then <= COMPILE_CACHE_FACTOR", "True",
+             "if _within(entry.get(\"eager_median_ms\"), now, COMPILE_CACHE_FACTOR) and \\\n"
+             "                _within(compiled.get(\"median_ms\"), now, COMPILE_EAGER_FACTOR):",
+             "if compiled:",
              (_k(KILLS, "cached_compile_time"),)),
     # --- the verdict, the hidden re-check, the store ----------------------------------------------------
     Mutation("verdict-ignores-fail-findings", "records.py",
@@ -186,6 +189,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(INTEGRITY, "tampering_at_import"),)),
     # --- isolation: the limits and the channel -----------------------------------------------------------
     # (the memory limit is left unmutated: without it the test's candidate would take the machine's memory)
+    # --- the sandbox (issue 13) -------------------------------------------------------------------------
+    Mutation("sandbox-breach-ignored", "pipeline.py",
+             "        if files:\n            shown", "        if False:\n            shown",
+             (_k(SANDBOX, "planted_files_fail"),), "a changed judge package no longer fails the candidate"),
+    Mutation("sandbox-reaper-off", "sandbox/launch.py",
+             "        left = children_of(os.getpid())\n", "        left = []\n",
+             (_k(SANDBOX, "reaper_kills_every_descendant"),), "the launcher leaves the worker's descendants"),
     Mutation("isolation-timeout-ignored", "isolation.py",
              "message = channel.receive(self.read_fd, self.deadline, self.clock)",
              "message = channel.receive(self.read_fd, self.deadline + 1e9, self.clock)",
