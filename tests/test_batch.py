@@ -287,12 +287,16 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
     timed = fast.replace(timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
                                  "warmup_runs": 1, "compile_baseline": False})
     finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
-                                                           "id": "second"}], timed, lanes=1))
-    assert sorted(f.job.id for f in finished) == ["0", "second"]
+                                                           "id": "second"}, (problem, first)], timed, lanes=1))
+    assert sorted(f.job.id for f in finished) == ["0", "2", "second"]
     assert all(f.result.verdict == "pass" and f.result.timing["baselines"]["eager"] for f in finished)
-    # the lane's first candidate of the problem measured the baselines, the second reused them
-    assert [f.result.timing["baselines_cached"] for f in finished] == [[], ["eager"]]
-    assert finished[0].result.timing["baselines"]["eager"] == finished[1].result.timing["baselines"]["eager"]
+    # the lane's first candidate of the problem measured the baselines; a later one reuses them while its
+    # short eager measurement agrees (the first, cold, measurement may not agree with the second's short
+    # one, which then measures again and keeps its own): the last of three reuses what the lane keeps
+    cached = [f.result.timing["baselines_cached"] for f in finished]
+    assert cached[0] == [] and cached[2] == ["eager"], cached
+    keeper = finished[1] if cached[1] == [] else finished[0]
+    assert finished[2].result.timing["baselines"]["eager"] == keeper.result.timing["baselines"]["eager"]
 
 
 def test_batched_env_step(tmp_path, fast):
