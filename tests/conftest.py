@@ -1,4 +1,5 @@
-"""Shared fixtures: fast CPU options, the candidates folder, and a CLI runner.
+"""Shared fixtures: fast CPU options, the candidates folder, and CLI runners (in this process, and in a
+subprocess).
 
 Every test runs real evaluations (a worker process per candidate). The build cache is shared by the
 whole session so a C++ extension is compiled once per run of the suite.
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,22 +27,54 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kj-cache")
 
 
+@pytest.fixture(scope="session")
+def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """`kerneljudge build` of tests/candidates/isolation/cpp_ext.py and cpp_broken.py (a compile error), two
+    at once, into a fresh cache, in a subprocess: (cache folder, how it ended, seconds). The one cold C++
+    build of cpp_ext.py's extension source: the tests of its candidates evaluate with this cache."""
+    cache = tmp_path_factory.mktemp("kj-build-cache")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(CANDIDATES / "isolation" / "cpp_ext.py"),
+                           str(CANDIDATES / "isolation" / "cpp_broken.py"), "-j", "2", "--device", "cpu",
+                           "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "1000"})
+    return cache, done, time.monotonic() - started
+
+
 @pytest.fixture
 def fast(cache_dir) -> Options:
     """CPU, no timing, nothing recorded: the options most tests start from."""
     return Options(device="cpu", store_path=None, cache_dir=cache_dir).replace(timing={"enabled": False})
 
 
+def _kj_env(cache_dir: Path, tmp_path: Path, env: dict | None) -> dict:
+    return {"KERNELJUDGE_CACHE_DIR": str(cache_dir), "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite"),
+            "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock"), **(env or {})}
+
+
 @pytest.fixture
 def kj(cache_dir, tmp_path):
-    """Run the CLI in a subprocess: kj("eval", ...) -> (exit code, stdout, stderr)."""
+    """Run the CLI in this process, as `kerneljudge ARGS` would: kj("eval", ...) -> (exit code, stdout,
+    stderr). In this process its evaluations share the suite's fork server (a CLI in a process of its
+    own starts one, importing torch, every time); `kj_process` runs it in a subprocess."""
+    from click.testing import CliRunner
+
+    from kerneljudge.cli import main
 
     def run(*args: str, timeout: float = 300, env: dict | None = None):
-        environment = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
-                       "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite"),
-                       "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock"), **(env or {})}
+        done = CliRunner().invoke(main, list(args), env=_kj_env(cache_dir, tmp_path, env), catch_exceptions=False)
+        return done.exit_code, done.stdout, done.stderr
+
+    return run
+
+
+@pytest.fixture
+def kj_process(cache_dir, tmp_path):
+    """Run the CLI in a subprocess: kj_process("eval", ...) -> (exit code, stdout, stderr)."""
+
+    def run(*args: str, timeout: float = 300, env: dict | None = None):
         done = subprocess.run([sys.executable, "-m", "kerneljudge", *args], capture_output=True, text=True,
-                              timeout=timeout, env=environment)
+                              timeout=timeout, env={**os.environ, **_kj_env(cache_dir, tmp_path, env)})
         return done.returncode, done.stdout, done.stderr
 
     return run

@@ -152,7 +152,7 @@ def test_gradual_growth_hits_the_memory_limit_as_out_of_memory(fast):
 
 def test_hang_is_stopped_at_the_timeout_with_its_whole_process_group(kj, tmp_path):
     pidfile = tmp_path / "pids"
-    timeout = 8
+    timeout = 6
     started = time.monotonic()
     rc, out, _ = kj("eval", SEED, str(ISO / "hang.py"), "--device", "cpu", "--json", "--no-timing", "--no-store",
                     "--timeout", str(timeout), env={"KJ_TEST_PIDFILE": str(pidfile), **FALLBACK}, timeout=120)
@@ -213,13 +213,10 @@ def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess
                           timeout=timeout, env=environment, check=False)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """`kerneljudge build GOOD BROKEN -j 2` into a fresh cache: the first cold build round."""
-    cache_dir = tmp_path_factory.mktemp("kj-build-cache")
-    started = time.monotonic()
-    done = cli("build", str(CPP), str(BROKEN), "-j", "2", "--device", "cpu", "--cache-dir", str(cache_dir))
-    return cache_dir, done, time.monotonic() - started
+@pytest.fixture
+def built(cpp_built):
+    """`kerneljudge build GOOD BROKEN -j 2` into a fresh cache (conftest.py): the first cold build round."""
+    return cpp_built
 
 
 def test_build_reports_a_fresh_build_and_the_compilers_error_line(built):

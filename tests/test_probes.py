@@ -97,25 +97,25 @@ def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fa
 
 
 # --- item 3: kernels counted where they run (rows 13, 31) ----------------------------------------------
-# The three candidates share tests/candidates/isolation/cpp_ext.py's extension source, so the build cache
-# (one per test session) compiles it once for them and the isolation tests.
+# The three candidates share tests/candidates/isolation/cpp_ext.py's extension source: they evaluate with
+# the cache it was built into once for the session (conftest.py: cpp_built).
 
 
 @pytest.mark.parametrize("name,counted", [
     ("bound_handle", ["kj_isolation_residual_gelu.kj_residual_gelu"]),  # self._fused = ext.f
     ("kernel_in_container", ["kj_isolation_residual_gelu.kj_residual_gelu", "kjprobe::residual_gelu"]),
 ])
-def test_own_kernels_are_counted_however_they_are_reached(fast, name, counted):
-    result = judge(fast, name)
+def test_own_kernels_are_counted_however_they_are_reached(fast, cpp_built, name, counted):
+    result = judge(fast, name, cache_dir=cpp_built[0])
     assert result.verdict == "pass" and not failing(result), explain(result)
     trace = result.probes["op_trace"]
     assert sorted(trace["own_kernels"]) == counted and all(trace["own_calls"][k] == 1 for k in counted)
     assert 0 < trace["own_share"] <= 1
 
 
-def test_kernel_run_once_outside_forward_is_a_decoy(fast):
+def test_kernel_run_once_outside_forward_is_a_decoy(fast, cpp_built):
     """Called once in __init__ (so it "ran"), never by forward: torch ops do the work."""
-    result = judge(fast, "decoy_once")
+    result = judge(fast, "decoy_once", cache_dir=cpp_built[0])
     assert result.verdict == "fail" and failing(result) == {"decoy-kernel"}, explain(result)
     assert result.probes["op_trace"]["own_calls"] == {"kj_isolation_residual_gelu.kj_residual_gelu": 0}
 

@@ -336,12 +336,16 @@ def test_a_fork_bomb_is_bounded_and_its_processes_die(attack):
         assert not set(sandbox.Cgroup._base().glob(ours)) - before, "the cgroup outlived it"
 
 
-def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, tmp_path):
-    """The honest side of the read-only view: a C++ extension builds into the cache (writable) and
-    temporary files go to the worker's own folder."""
-    result = evaluate(SEED, CANDIDATES / "isolation" / "cpp_ext.py", fast.replace(cache_dir=tmp_path))
+def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, cpp_built):
+    """The honest side of the read-only view: a C++ extension built by a sandboxed worker (`kerneljudge
+    build`, into a fresh cache) lands in the cache (writable; the compiler's temporary files go to the
+    worker's own folder), and an evaluation loads it from there."""
+    cache, done, _ = cpp_built
+    assert "cpp_ext.py: built in" in done.stdout, done.stdout + done.stderr
+    assert any((cache / "builds").rglob("*.so"))
+    result = evaluate(SEED, CANDIDATES / "isolation" / "cpp_ext.py", fast.replace(cache_dir=cache))
     assert result.verdict == "pass", [f.message for f in result.findings]
-    assert any((tmp_path / "builds").rglob("*.so"))
+    assert "mount" not in HERE.active or "mount" in result.sandbox["active"]
 
 
 # --- the judge's own mount namespace is never touched --------------------------------------------------

@@ -265,7 +265,7 @@ def test_a_version_1_store_is_migrated_with_its_rows_and_runs_group_records(judg
         conn.execute("INSERT INTO results (created_at, verb, verdict, correct, candidate_sha256, source, "
                      "finding_codes, result) VALUES ('2026-11-30T00:00:00', 'check', 'pass', 1, 'ab', 'x', '[]', '{}')")
     store = Store(path)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     old = store.get(1)
     assert old["verdict"] == "pass" and old["created_at"] == "2026-11-30T00:00:00" and old["run_id"] is None
     store.record(good, verb="check", source=source, run_id="run-a")
@@ -274,3 +274,17 @@ def test_a_version_1_store_is_migrated_with_its_rows_and_runs_group_records(judg
     assert [r["verdict"] for r in store.history(run_id="run-a")] == ["fail", "pass"]
     runs = store.runs()
     assert [(r["run_id"], r["records"], r["passed"]) for r in runs] == [("run-b", 1, 1), ("run-a", 2, 1)]
+
+
+def test_a_batch_job_recorded_again_replaces_its_record_in_the_run(judged, tmp_path):
+    """A batch killed after recording a job and before journaling it judges the job again on resume: the
+    run keeps one record per job, the newest; other runs and other jobs keep theirs."""
+    store = Store(tmp_path / "r.sqlite")
+    good, source, _ = judged["good"]
+    wrong, wrong_source, _ = judged["wrong"]
+    store.record(wrong, verb="evaluate", source=wrong_source, run_id="run-a", job_key="job-1")
+    store.record(good, verb="evaluate", source=source, run_id="run-a", job_key="job-2")
+    store.record(wrong, verb="evaluate", source=wrong_source, run_id="run-b", job_key="job-1")
+    store.record(good, verb="evaluate", source=source, run_id="run-a", job_key="job-1")  # judged again
+    assert sorted(r["verdict"] for r in store.history(run_id="run-a")) == ["pass", "pass"]
+    assert [r["verdict"] for r in store.history(run_id="run-b")] == ["fail"]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import kerneljudge
-from kerneljudge import api, channel, suite
+from kerneljudge import api, channel, spawn, suite
 from kerneljudge.errors import KernelJudgeError, UsageError
 from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import VERBS, Options
@@ -41,8 +41,6 @@ REQUEST_WAIT_S = 30.0
 #: How long a client waits for the server to take its request before saying that it waits.
 ACCEPT_WAIT_S = 1.0
 #: Environment variables the workers' behaviour depends on (compilers, libraries, devices, threads).
-_ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "TRITON_", "OMP_", "MKL_")
-_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX", "NVIDIA_VISIBLE_DEVICES")
 
 
 class ServerRefused(KernelJudgeError):
@@ -61,8 +59,7 @@ def identity() -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
-    environment = {name: value for name, value in os.environ.items()
-                   if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
+    environment = spawn.startup_environment(dict(os.environ))
     return {"kerneljudge source": f"{kerneljudge.__version__}+{digest.hexdigest()[:16]}",
             "python": sys.executable, "environment": environment}
 

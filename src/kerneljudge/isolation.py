@@ -17,7 +17,8 @@ The worker never outlives the judge: leaving its context on an exception (an int
 into an exception, a judge error) kills its process group at once, and a judge killed outright takes the
 worker with it (the worker asks the kernel for SIGKILL when its parent dies, worker/__main__.py). The
 kernel ties that signal to the *thread* that started the worker, so workers are started from one
-thread that lives as long as the process (`_spawn`), not from a pool thread that may end first.
+thread that lives as long as the process (spawn.py), not from a pool thread that may end first. Most
+are forked by the fork server (spawn.py, proc/zygote.py), which has torch imported already.
 """
 
 from __future__ import annotations
@@ -31,21 +32,17 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import channel, judgeimports, protocol, sandbox
+from kerneljudge import channel, judgeimports, protocol, sandbox, spawn
+from kerneljudge.proc.lifeline import PARENT
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.sandbox.launch import SETUP_FAILED
 from kerneljudge.records import Finding
 
 TAIL_CHARS = 3000
 KILL_GRACE_S = 5  # for the sandbox launcher to kill and reap the worker's processes before SIGKILL
-
-#: Starts every worker, so the parent-death signal is tied to a thread that ends only with the process.
-_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kerneljudge-spawn")
-
 
 class WorkerFailure(Exception):
     """The worker could not answer: it timed out, crashed or exited. `finding` says which."""
@@ -65,7 +62,7 @@ class WorkerProcess:
         self.module = module
         self.stage: str | None = None  # the pipeline stage its requests serve (set by the pipeline)
         self.clock = clock
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | spawn.Forked | None = None
         self.dead = False
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
         self.sandbox: sandbox.Layers | None = None  # the worker's sandbox layers (None: the referee)
@@ -94,14 +91,13 @@ class WorkerProcess:
         env["PYTHONUNBUFFERED"] = "1"
         # an idle process's OpenMP threads must not spin (OMP's default) while the other one is timed
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        command = [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), str(os.getpid())]
+        command = [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), PARENT]
         if self.role == "worker" and sys.platform.startswith("linux"):
             command = self._sandboxed(command, env)
         with open(self.log_path, "wb") as log:
-            self.process = _SPAWNER.submit(
-                subprocess.Popen, command,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
-                pass_fds=(to_worker_r, from_worker_w), start_new_session=True).result()
+            self.process = spawn.start(command, env=env, cwd=str(self.workdir), log=log,
+                                       pass_fds=(to_worker_r, from_worker_w), fork_server=self.options.fork_server,
+                                       warm=self.role == "referee")
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
@@ -129,9 +125,9 @@ class WorkerProcess:
         for folder in (*builds, *options.writable):
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
-            command[:-1] + ["{parent}"], layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
+            command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
             limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
-                                  options.max_open_files), judge_pid=os.getpid(), cgroup=self.cgroup)
+                                  options.max_open_files), cgroup=self.cgroup)
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
@@ -145,6 +141,8 @@ class WorkerProcess:
         op = self.stage or request.op  # what a failure names: the pipeline's stage, else the request
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
+        if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
+            raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
         nonce = secrets.token_hex(8)
         try:
             channel.send(self.write_fd, {**request.to_wire(), "nonce": nonce}, blobs)

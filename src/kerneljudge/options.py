@@ -71,6 +71,10 @@ def default_server_socket() -> Path:
     return Path(tempfile.gettempdir()) / f"kerneljudge-{os.getuid()}" / "judge.sock"
 
 
+def default_fork_server() -> bool:
+    return os.environ.get("KERNELJUDGE_FORK_SERVER", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
 def default_sandbox_off() -> tuple[str, ...]:
     """Sandbox layers turned off: $KERNELJUDGE_SANDBOX_OFF, comma-separated (none by default)."""
     return tuple(sorted(filter(None, (n.strip() for n in os.environ.get("KERNELJUDGE_SANDBOX_OFF", "").split(",")))))
@@ -168,6 +172,9 @@ class WorkerOptions:
     max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
     max_file_mb: int = 16384  # largest file the worker may write
     max_open_files: int = 4096
+    # processes forked by the fork server, torch imported (spawn.py); False: each executed afresh. Default
+    # from $KERNELJUDGE_FORK_SERVER ("0" turns it off)
+    fork_server: bool = field(default_factory=default_fork_server)
 
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""

@@ -32,8 +32,9 @@ from kerneljudge.errors import StoreError
 from kerneljudge.options import VERBS
 from kerneljudge.records import Result, jsonsafe
 
-#: Bumped whenever the table layout changes; stored in `PRAGMA user_version`. Version 2 added `run_id`.
-SCHEMA_VERSION = 2
+#: Bumped whenever the table layout changes; stored in `PRAGMA user_version`. Version 2 added `run_id`,
+#: version 3 `job_key`.
+SCHEMA_VERSION = 3
 
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -60,16 +61,19 @@ CREATE TABLE IF NOT EXISTS results (
     finding_codes    TEXT NOT NULL,     -- JSON list of the findings' codes, in order
     options          TEXT,              -- JSON of Options.to_json() (never holds a secret seed)
     result           TEXT NOT NULL,     -- JSON of Result.to_json(), complete
-    run_id           TEXT               -- the batch run the record belongs to; NULL for a single evaluation
+    run_id           TEXT,              -- the batch run the record belongs to; NULL for a single evaluation
+    job_key          TEXT               -- the batch job within its run: one record per (run_id, job_key)
 );
 CREATE INDEX IF NOT EXISTS results_problem ON results (problem, id);
 CREATE INDEX IF NOT EXISTS results_candidate ON results (candidate_sha256, id);
 CREATE INDEX IF NOT EXISTS results_run ON results (run_id, id);
+CREATE INDEX IF NOT EXISTS results_job ON results (run_id, job_key);
 """
 
 #: The steps that bring an older file up to SCHEMA_VERSION, keyed by the version they start from.
 _MIGRATIONS = {
     1: "ALTER TABLE results ADD COLUMN run_id TEXT; CREATE INDEX IF NOT EXISTS results_run ON results (run_id, id);",
+    2: "ALTER TABLE results ADD COLUMN job_key TEXT; CREATE INDEX IF NOT EXISTS results_job ON results (run_id, job_key);",
 }
 
 #: Columns `history` returns (everything but the bulky source, options and result JSON).
@@ -149,11 +153,13 @@ class Store:
 
     # ------------------------------------------------------------------ writing
     def record(self, result: Result, *, verb: str, source: str, options: dict | None = None,
-               candidate_path: str | None = None, run_id: str | None = None) -> int:
+               candidate_path: str | None = None, run_id: str | None = None, job_key: str | None = None) -> int:
         """Store one finished evaluation; return its id.
 
         `source` is the candidate text that was judged (kept so the record stays meaningful after the
-        file changes). `run_id` groups the records of one batch run (`runs`, `history(run_id=...)`).
+        file changes). `run_id` groups the records of one batch run (`runs`, `history(run_id=...)`); with a
+        `job_key` the record replaces the run's earlier one for that job, in the same transaction (a batch
+        killed after recording a job and before its journal line judges it again on resume: one record).
         `candidate_path` is only needed when the result has no candidate section (the
         file could not be read or parsed). Everything is serialised first, then written with a single
         INSERT in a single transaction: the record is complete or absent, never partial.
@@ -182,6 +188,7 @@ class Store:
             "options": _dumps(options),
             "result": _dumps(result.to_json()),
             "run_id": run_id,
+            "job_key": job_key if run_id else None,
         }
         columns = ", ".join(row)
         marks = ", ".join(f":{name}" for name in row)
@@ -190,6 +197,8 @@ class Store:
         conn = self._connect("IMMEDIATE")
         try:
             with conn:  # commit on success, roll back on any error
+                if row["job_key"] is not None:
+                    conn.execute("DELETE FROM results WHERE run_id = ? AND job_key = ?", (run_id, job_key))
                 cursor = conn.execute(f"INSERT INTO results ({columns}) VALUES ({marks})", row)
             return int(cursor.lastrowid)
         except sqlite3.Error as exc:

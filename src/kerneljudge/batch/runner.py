@@ -42,9 +42,9 @@ class BatchRun:
     def __iter__(self) -> Iterator[tuple[Finished, dict]]:
         for finished in self.scheduler.run(self.todo):
             line = export.line_of(finished)
+            self._record(finished)  # first: a job journaled is recorded (a kill in between judges it again)
             if self.journal is not None:
                 self.journal.append(line)
-            self._record(finished)
             self.fresh.append(line)
             yield finished, line
 
@@ -60,7 +60,8 @@ class BatchRun:
         try:
             Store(self.store_path).record(finished.result, verb=finished.job.verb, source=source,
                                           options=finished.job.options.to_json(),
-                                          candidate_path=str(finished.job.solution), run_id=self.run_id)
+                                          candidate_path=str(finished.job.solution), run_id=self.run_id,
+                                          job_key=finished.job.key)
         except StoreError as exc:
             print(f"kerneljudge: warning: {finished.job.id} was not recorded: {exc}", file=sys.stderr)
 

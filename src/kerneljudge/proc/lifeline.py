@@ -24,3 +24,15 @@ def die_with_judge(judge_pid: int, *, undumpable: bool = False) -> None:
             libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     if os.getppid() != judge_pid:
         os._exit(0)
+
+
+#: The word in a command that whoever starts the process replaces with its own pid (the judge's, or the fork
+#: server's: the parent the process must die with), up to the first "--" (what follows is the sandbox
+#: launcher's command, whose word the launcher fills).
+PARENT = "{parent}"
+
+
+def with_parent(command: list[str], parent_pid: int) -> list[str]:
+    """`command` with PARENT, up to its first "--", replaced by `parent_pid`."""
+    end = command.index("--") if "--" in command else len(command)
+    return [str(parent_pid) if part == PARENT and k < end else part for k, part in enumerate(command)]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kerneljudge
+from kerneljudge.proc.lifeline import PARENT, with_parent
 from kerneljudge.sandbox import linux
 
 LAUNCHED = ("user", "mount", "dev", "pid", "net", "rlimits")
@@ -113,8 +114,8 @@ def _probe(layers: list[str], folder: str) -> tuple[str | None, str]:
     names as failing and why."""
     check = ("import os, sys, socket; f = sys.argv[1]; open(os.path.join(f, 'w'), 'w').write('ok'); "
              "ro = os.access('/usr', os.W_OK) and 'mount' in sys.argv[2]; sys.exit(3 if ro else 0)")
-    command = launch_command([sys.executable, "-S", "-c", check, folder, ",".join(layers)], layers=layers,
-                             writable=[folder], limits=_probe_limits(), judge_pid=os.getpid())
+    command = with_parent(launch_command([sys.executable, "-S", "-c", check, folder, ",".join(layers)], layers=layers,
+                                         writable=[folder], limits=_probe_limits()), os.getpid())
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               env=launcher_env(dict(os.environ)), cwd=folder)
@@ -144,13 +145,13 @@ def limits(timeout_s: float, max_file_mb: int, max_processes: int, max_open_file
             "open_files": max_open_files, "processes": max_processes}
 
 
-def launch_command(command: list[str], *, layers, writable, limits: dict, judge_pid: int,
-                   cgroup: "Cgroup | None" = None) -> list[str]:
-    """COMMAND run by the launcher in `layers` (its "{parent}" word becomes the pid of the worker's parent
-    as the worker sees it), in `cgroup` when given."""
+def launch_command(command: list[str], *, layers, writable, limits: dict, cgroup: "Cgroup | None" = None) -> list[str]:
+    """COMMAND run by the launcher in `layers`, in `cgroup` when given. The launcher's own PARENT word
+    (proc/lifeline.py) is filled by whoever starts it; COMMAND's by the launcher (the worker's parent as the
+    worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
-              "limits": limits, "judge_pid": judge_pid, "cgroup": str(cgroup.path) if cgroup else None}
-    return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), "--", *command]
+              "limits": limits, "cgroup": str(cgroup.path) if cgroup else None}
+    return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 
 def launcher_env(env: dict) -> dict:

@@ -1,6 +1,7 @@
-"""The sandbox launcher: `python -m kerneljudge.sandbox.launch CONFIG -- COMMAND...` sets up the layers
-CONFIG names, then runs COMMAND (the worker) in them. It imports nothing but the standard library and
-kerneljudge.sandbox.linux, and runs before any candidate code exists.
+"""The sandbox launcher: `python -m kerneljudge.sandbox.launch CONFIG JUDGE_PID -- COMMAND...` sets up the layers
+CONFIG names, then runs COMMAND (the worker) in them. It imports nothing but the standard library,
+kerneljudge.sandbox.linux and proc.lifeline, and runs before any candidate code exists. JUDGE_PID is its
+parent's (the judge, or the fork server that forked it: proc/zygote.py).
 
 Process layout: the launcher unshares the namespaces, then forks. The child builds the mount view, sets
 the limits, drops every capability and executes COMMAND; with `pid` on, it is init of the new PID
@@ -24,6 +25,7 @@ import signal
 import sys
 import time
 
+from kerneljudge.proc.lifeline import with_parent
 from kerneljudge.sandbox import linux
 
 SETUP_FAILED = 121
@@ -38,11 +40,14 @@ class LayerFailed(Exception):
         self.layer, self.reason = layer, reason
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], run=None) -> None:
+    """`run(command)` starts the worker in the prepared process: by default it executes COMMAND; the fork
+    server (kerneljudge/proc/zygote.py) runs it in-process, torch already imported."""
+    run = run or _execute
     config = json.loads(argv[1])
     command = argv[argv.index("--") + 1:]
     layers = set(config["layers"])
-    _tie_to(config["judge_pid"])
+    _tie_to(int(argv[2]))
     if config.get("cgroup"):  # first: every process started from here on is in it
         try:
             _write(os.path.join(config["cgroup"], "cgroup.procs"), str(os.getpid()))
@@ -63,8 +68,8 @@ def main(argv: list[str]) -> None:
         except LayerFailed as failed:
             _fail(failed)
         if "pid" in layers:
-            _init(command, status_write)
-        _execute(command)
+            _init(command, status_write, run)
+        run(command)
     os.close(status_write)
     os.closerange(3, status_read)  # the worker's channel is the worker's
     os.closerange(status_read + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -73,17 +78,17 @@ def main(argv: list[str]) -> None:
 
 
 def _execute(command: list[str]) -> None:
-    os.execv(command[0], [part.replace("{parent}", str(os.getppid())) for part in command])
+    os.execv(command[0], with_parent(command, os.getppid()))
 
 
-def _init(command: list[str], status_write: int) -> None:
+def _init(command: list[str], status_write: int, run) -> None:
     """Init of the PID namespace: start the worker, reap whatever is orphaned onto this process, and when
     the worker ends pass its wait status to the launcher and exit (the kernel then kills every process
     left in the namespace). The worker is not init itself: init ignores the signals it sends itself."""
     worker = os.fork()
     if worker == 0:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-        _execute(command)
+        run(command)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

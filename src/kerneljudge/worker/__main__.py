@@ -1,4 +1,5 @@
-"""Worker entry point: `python -m kerneljudge.worker READ_FD WRITE_FD JUDGE_PID`.
+"""Worker entry point: `python -m kerneljudge.worker READ_FD WRITE_FD JUDGE_PID` (or `main` in a child of
+the fork server, proc/zygote.py, with JUDGE_PID the server's).
 
 First ties this process's life to the judge's (proc/lifeline.py), then imports torch and every judge
 module and binds the judge's clocks (candidate code is not imported yet), then serves requests until the
@@ -9,11 +10,16 @@ import sys
 
 from kerneljudge.proc.lifeline import die_with_judge
 
-if __name__ == "__main__":
-    die_with_judge(int(sys.argv[3]))
+
+def main(argv: list[str]) -> None:
+    die_with_judge(int(argv[3]))
     from kerneljudge.proc.serve import serve
     from kerneljudge.worker.guard import Guard
     from kerneljudge.worker.server import Worker
 
     guard = Guard.bind()
-    serve(lambda progress: Worker(guard, progress).handle, sys.argv)
+    serve(lambda progress: Worker(guard, progress).handle, argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

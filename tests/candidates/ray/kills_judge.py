@@ -1,5 +1,5 @@
-"""Kills the process that judges it (a Ray actor) when imported: the nearest ancestor that is not the
-sandbox's launcher (the test turns the PID namespace off, so the judge is in view)."""
+"""Kills the process that judges it (a Ray actor) when imported: the nearest ancestor that is neither the
+sandbox's launcher nor the fork server (the test turns the PID namespace off, so the judge is in view)."""
 import os
 import signal
 
@@ -10,7 +10,8 @@ def _judge_pid() -> int:
     pid = os.getppid()
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            if b"kerneljudge.sandbox.launch" not in cmdline.read():
+            line = cmdline.read()
+            if b"kerneljudge.sandbox.launch" not in line and b"kerneljudge.proc.zygote" not in line:
                 return pid
         with open(f"/proc/{pid}/stat") as stat:
             pid = int(stat.read().rsplit(")", 1)[1].split()[1])
