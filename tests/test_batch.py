@@ -52,7 +52,7 @@ CANDIDATES = {
     (47, 2): ("return x.sum(dim=1, keepdim=True) + 0.0", "pass"),
 }
 EXPECTED_CODE = {(19, 2): "candidate-exit", (19, 3): "timeout", (23, 0): "compile-error"}
-TIMEOUT_S = "12"
+TIMEOUT_S = "8"
 
 
 def _write_run_folder(folder: Path) -> None:

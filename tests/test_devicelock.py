@@ -17,7 +17,7 @@ import time
 from conftest import SEED, codes, parse_json
 from kerneljudge import devicelock
 
-HOLD_S = 12
+HOLD_S = 8
 
 FIRST = """
 import json, sys

@@ -3,7 +3,7 @@ per node, the judge on the CPU, timing off. The batch scheduler gives the same v
 on it as on the local backend; a candidate that kills its judge, a judge killed from outside and a node
 killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure.
 
-The module runs about 20 real evaluations (a worker and a referee each, the slow ones sleeping 6 s at
+The module runs about 20 real evaluations (a worker and a referee each, the slow ones sleeping 4 s at
 import) and starts a 3-node cluster once: 83 s on the 2-core development machine, 163 s while other
 test runs loaded it (load average ~20); each test's candidates are the fewest that show its fault."""
 
@@ -58,12 +58,28 @@ def options(fast):
 
 @pytest.fixture
 def slow(tmp_path):
-    """Correct candidates (distinct files) that take 6 s to import: long enough to lose a judge or a node."""
-    def make(index: int = 0) -> Path:
-        path = tmp_path / f"slow_correct_{index}.py"
-        path.write_text(f"import time\ntime.sleep(6)  # {index}\n" + (CANDIDATES / "core/correct.py").read_text())
-        return path
-    return make
+    """Correct candidates (distinct files) that, when imported, say so (a file in a folder the options make
+    writable for the worker) and take 4 s more: long enough to lose a judge or a node once they said so."""
+    said = tmp_path / "started"
+    said.mkdir()
+
+    class Slow:
+        def __call__(self, index: int = 0) -> Path:
+            path = tmp_path / f"slow_correct_{index}.py"
+            path.write_text(f"import time\nopen({str(said / str(index))!r}, 'w').close()\ntime.sleep(4)\n"
+                            + (CANDIDATES / "core/correct.py").read_text())
+            return path
+
+        def options(self, options):
+            return options.replace(worker={"writable": (said,)})
+
+        def wait_started(self, count: int) -> None:
+            deadline = time.monotonic() + 120
+            while len(list(said.iterdir())) < count:
+                assert time.monotonic() < deadline, "the slow candidates never started"
+                time.sleep(0.05)
+
+    return Slow()
 
 
 def _jobs(names: list[str], options) -> list:
@@ -122,10 +138,10 @@ def test_a_candidate_that_kills_its_judge_is_an_error_and_the_run_goes_on(cluste
 def test_a_judge_killed_mid_evaluation_is_replaced_and_nothing_is_lost(cluster, options, slow):
     pool = JudgePool(ray, device="cpu")
     try:
-        task = JudgeTask.of("slow", PROBLEM, slow(), options)
+        task = JudgeTask.of("slow", PROBLEM, slow(), slow.options(options))
         with ThreadPoolExecutor(1) as thread:
             future = thread.submit(pool.judge, task)
-            time.sleep(3)  # the evaluation is in flight on one of the two judges: kill both
+            slow.wait_started(1)  # the evaluation is in flight on one of the two judges: kill both
             pids = [info["pid"] for info in pool.where.values()]
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
@@ -161,14 +177,14 @@ def test_the_reward_service_scores_rollouts_with_backpressure(cluster, options):
 def test_a_node_killed_mid_run_loses_nothing_and_records_nothing_twice(cluster, options, slow, tmp_path):
     """Last in this module: it leaves one GPU node."""
     cluster_, nodes = cluster
-    jobs = _jobs([str(slow(i)) for i in range(3)], options)
+    jobs = _jobs([str(slow(i)) for i in range(3)], slow.options(options))
     backend = RayBackend(options, address="auto")
     finished: list = []
     try:
         batch = BatchRun(jobs, backend, store_path=tmp_path / "r.sqlite", run_id="node-kill")
         running = threading.Thread(target=lambda: finished.extend(f for f, _ in batch))
         running.start()
-        time.sleep(3)  # two judged at once, one on each node
+        slow.wait_started(2)  # two judged at once, one on each node
         cluster_.remove_node(nodes[0], allow_graceful=False)
         running.join(timeout=180)
         assert not running.is_alive()

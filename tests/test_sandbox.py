@@ -10,6 +10,7 @@ layer this machine refuses is skipped, saying so; the fallback's tests run every
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ from conftest import CANDIDATES, SEED, codes
 from kerneljudge import cache, judgeimports, report, sandbox
 from kerneljudge.errors import UsageError
 from kerneljudge.pipeline import evaluate
+from kerneljudge.store import Store
 
 ATTACKS = CANDIDATES / "sandbox" / "attacks.py"
 GOOD = CANDIDATES / "isolation" / "good.py"
@@ -160,6 +162,7 @@ from rich.console import Console
 from kerneljudge import judgeimports, report
 from kerneljudge.options import Options
 from kerneljudge.pipeline import evaluate
+from kerneljudge.store import Store
 from pathlib import Path
 options = Options(device="cpu", store_path=Path(r"{tmp_path / 'results.sqlite'}"), cache_dir=Path(r"{tmp_path / 'cache'}"))
 result = evaluate("{SEED}", r"{GOOD}", options.replace(timing={{"enabled": False}}))
@@ -194,7 +197,8 @@ def _store_attack(attack, fast, tmp_path, monkeypatch, **worker):
 @needs("mount")
 def test_the_store_and_the_caches_are_read_only_for_the_worker(attack, fast, tmp_path, monkeypatch):
     result, said = _store_attack(attack, fast, tmp_path, monkeypatch)
-    assert said == ["blocked", "30"] * 2
+    # the store is hidden (a device node on a nodev mount stands in: EACCES), the cache read-only (EROFS)
+    assert said == ["blocked", str(errno.EACCES), "blocked", str(errno.EROFS)]
     assert result.verdict == "pass" and "sandbox-breach" not in codes(result)
     assert not (tmp_path / "cache" / "bandwidth" / "planted.json").exists()
 
@@ -314,6 +318,39 @@ def test_without_the_network_layer_the_same_connection_goes_through(attack, monk
         with conn:
             assert conn.recv(64) == b"kj-exfiltrated"
     assert said == ["connected"] and result.verdict == "pass"
+
+
+def _peek(attack, fast, tmp_path, monkeypatch, **worker):
+    """The peek attack against a results store holding a record and a judge server's socket (listening)."""
+    store, socket_path = tmp_path / "results.sqlite", tmp_path / "server" / "judge.sock"
+    Store(store)  # a store as an earlier run left it
+    socket_path.parent.mkdir()
+    monkeypatch.setenv("KJ_TEST_STORE", str(store))
+    monkeypatch.setenv("KERNELJUDGE_SOCKET", str(socket_path))  # where the judge, and so the worker, looks
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(socket_path))
+        server.listen(1)
+        server.settimeout(30)
+        result, said = attack("peek", fast.replace(store_path=store), **worker)
+        return result, said, server.accept()[0] if said[-1:] == ["connected"] else None
+
+
+@needs("mount")
+def test_the_worker_sees_neither_the_store_nor_the_judge_servers_socket(attack, fast, tmp_path, monkeypatch):
+    """In the worker's view the store (other candidates' sources) and the server's socket (where it could ask
+    for evaluations under the user's name) are covered by /dev/null on a nodev mount: nothing to open,
+    nothing to connect to."""
+    result, said, _ = _peek(attack, fast, tmp_path, monkeypatch)
+    assert said == ["blocked", str(errno.EACCES), "blocked", str(errno.ECONNREFUSED)]
+    assert result.verdict == "pass", codes(result)
+
+
+def test_without_the_read_only_view_the_store_and_the_socket_are_reached(attack, fast, tmp_path, monkeypatch):
+    """The control: the same attack with the mount layer off reads the store and reaches the server."""
+    result, said, conn = _peek(attack, fast, tmp_path, monkeypatch, sandbox_off=("mount",))
+    assert said[0] == "read" and int(said[1]) > 0 and said[2] == "connected", said
+    with conn:
+        assert conn.recv(64) == b"kj-request"
 
 
 # --- resource limits ---------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ class WorkerProcess:
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
-            limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
+            hidden=options.hidden, limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
                                   options.max_open_files), cgroup=self.cgroup)
 
     def extend_deadline(self, seconds: float) -> None:

@@ -154,7 +154,7 @@ class TimingOptions:
 
 
 #: WorkerOptions fields holding paths (strings in JSON).
-PATH_LISTS = ("writable", "watched")
+PATH_LISTS = ("writable", "watched", "hidden")
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,9 @@ class WorkerOptions:
     cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable
     writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own
     watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
+    # files and folders the worker must not see: covered in its read-only view (sandbox/launch.py; the
+    # results store with its journal files, and the judge server's socket, by Options.worker_options)
+    hidden: tuple[Path, ...] = ()
     max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
     max_file_mb: int = 16384  # largest file the worker may write
     max_open_files: int = 4096
@@ -178,8 +181,8 @@ class WorkerOptions:
 
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""
-        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.max_processes, self.max_file_mb,
-                self.max_open_files)
+        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.hidden, self.max_processes,
+                self.max_file_mb, self.max_open_files)
 
 
 @dataclass(frozen=True)
@@ -208,9 +211,13 @@ class Options:
                 object.__setattr__(self, name, Path(value))
     def worker_options(self) -> WorkerOptions:
         """The worker's options with what the sandbox must know of this run: the cache (its build sections
-        are writable), the results store (watched)."""
-        return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir), watched=tuple(self.worker.watched) + (
-            (Path(self.store_path),) if self.store_path else ()))
+        are writable), the results store (watched, and hidden with its journal files: other candidates'
+        sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
+        store = (Path(self.store_path),) if self.store_path else ()
+        journals = tuple(path.with_name(path.name + end) for path in store for end in ("-wal", "-shm", "-journal"))
+        return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir),
+                                   watched=tuple(self.worker.watched) + store,
+                                   hidden=tuple(self.worker.hidden) + store + journals + (default_server_socket(),))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).

@@ -145,12 +145,13 @@ def limits(timeout_s: float, max_file_mb: int, max_processes: int, max_open_file
             "open_files": max_open_files, "processes": max_processes}
 
 
-def launch_command(command: list[str], *, layers, writable, limits: dict, cgroup: "Cgroup | None" = None) -> list[str]:
+def launch_command(command: list[str], *, layers, writable, limits: dict, hidden=(),
+                   cgroup: "Cgroup | None" = None) -> list[str]:
     """COMMAND run by the launcher in `layers`, in `cgroup` when given. The launcher's own PARENT word
     (proc/lifeline.py) is filled by whoever starts it; COMMAND's by the launcher (the worker's parent as the
     worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
-              "limits": limits, "cgroup": str(cgroup.path) if cgroup else None}
+              "hidden": [str(Path(h)) for h in hidden], "limits": limits, "cgroup": str(cgroup.path) if cgroup else None}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 

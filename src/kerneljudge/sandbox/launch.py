@@ -143,7 +143,7 @@ def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
     if "dev" in layers:
         _try("dev", _private_dev)
     if "mount" in layers:
-        _try("mount", lambda: _read_only_view(config["writable"]))
+        _try("mount", lambda: _read_only_view(config["writable"], config.get("hidden", [])))
     if "pid" in layers:
         # not read-only: the CUDA driver fails to start (error 304) on a read-only /proc (seen on the H200);
         # what /proc lets a process write is its own state, and /proc/sys needs capabilities it has not
@@ -186,9 +186,11 @@ def _flags(options: set[str]) -> int:
             | (linux.MS_NOEXEC if "noexec" in options else 0))
 
 
-def _read_only_view(writable: list[str]) -> None:
+def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
-    then the writable folders bound read-write at their own paths (the worker's folder, the build caches)."""
+    the hidden paths covered (an empty read-only folder over a folder; over anything else /dev/null, on a
+    nodev mount, so it does not even open), then
+    the writable folders bound read-write at their own paths (the worker's folder, the build caches)."""
     for point, options in _mounts():
         if _skipped(point) or "ro" in options:
             continue
@@ -199,12 +201,25 @@ def _read_only_view(writable: list[str]) -> None:
     for point, _ in _mounts():
         if not _skipped(point) and not _read_only(point):
             raise OSError(f"{point} stayed writable")
+    for path in hidden:
+        _cover(path)
     for folder in writable:
         if not os.path.isdir(folder):
             continue
         linux.mount(folder, folder, None, linux.MS_BIND | linux.MS_REC)
         options = next(o for p, o in reversed(_mounts()) if p == folder)
         linux.mount(None, folder, None, linux.MS_REMOUNT | linux.MS_BIND | _flags(options))
+
+
+def _cover(path: str) -> None:
+    """Put an empty read-only folder, or /dev/null (read-only, nodev: it does not open), over `path` (when it
+    exists)."""
+    read_only = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+    if os.path.isdir(path):
+        linux.mount("tmpfs", path, "tmpfs", read_only, "size=4k,mode=0555")
+    elif os.path.lexists(path):
+        linux.mount("/dev/null", path, None, linux.MS_BIND)
+        linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | read_only)
 
 
 def _skipped(point: str) -> bool:

@@ -9,6 +9,9 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              on its command line
     network  a connection to 127.0.0.1:$KJ_TEST_PORT, a socket the test listens on
     bomb     sleeping children forked until fork fails (at most 2000): how many
+    peek     the results store ($KJ_TEST_STORE) read (other candidates' sources), and a connection to the
+             judge server's socket ($KERNELJUDGE_SOCKET, as the judge sees it), where it would ask for
+             evaluations under the user's name
 """
 import os
 import socket
@@ -84,7 +87,23 @@ def bomb() -> str:
     return str(started)
 
 
-ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb}
+def peek() -> str:
+    try:
+        read = f"read {len(Path(os.environ['KJ_TEST_STORE']).read_bytes())}"
+    except OSError as exc:
+        read = f"blocked {exc.errno}"
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(10)
+            conn.connect(os.environ["KERNELJUDGE_SOCKET"])
+            conn.sendall(b"kj-request")
+        connected = "connected"
+    except OSError as exc:
+        connected = f"blocked {exc.errno}"
+    return f"{read}\n{connected}"
+
+
+ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek}
 
 
 class ModelNew(nn.Module):
