@@ -284,7 +284,10 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
     first, second = tmp_path / "good.py", tmp_path / "good2.py"
     first.write_text(GOOD)
     second.write_text(GOOD.replace("clamp_min(x * self.scale, 0.0)", "relu(x * self.scale)"))
-    timed = fast.replace(timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
+    # 256 x 4096 elements: an eager time of ~1 ms, steady enough for the agreement rule (a few microseconds
+    # at the default 8 x 64 are not: two short measurements of them differ by more than 2x on a busy CPU)
+    timed = fast.replace(overrides=(("batch", "256"), ("n", "4096")),
+                         timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
                                  "warmup_runs": 1, "compile_baseline": False})
     finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
                                                            "id": "second"}, (problem, first)], timed, lanes=1))
