@@ -20,22 +20,28 @@ from kerneljudge.options import Options
 
 CANDIDATES = Path(__file__).parent / "candidates"
 SEED = "level2/51"  # the seed problem, run with its `small` preset on the CPU
+SHIPPED_CPP = next((Path(__file__).parents[1] / "src" / "kerneljudge" / "suite" / "solutions" / "level1").glob(
+    "19_*/cpp.py"))
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kj-cache")
+def cache_dir(cpp_built) -> Path:
+    """The session's cache: the one the C++ extensions were built into first (cpp_built)."""
+    return cpp_built[0]
 
 
 @pytest.fixture(scope="session")
 def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
-    """`kerneljudge build` of tests/candidates/isolation/cpp_ext.py and cpp_broken.py (a compile error), two
-    at once, into a fresh cache, in a subprocess: (cache folder, how it ended, seconds). The one cold C++
-    build of cpp_ext.py's extension source: the tests of its candidates evaluate with this cache."""
-    cache = tmp_path_factory.mktemp("kj-build-cache")
+    """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, in a subprocess:
+    tests/candidates/isolation/cpp_ext.py (its extension source is shared by the probe candidates),
+    cpp_broken.py (a compile error) and level1/19's shipped C++ solution. (cache folder, how it ended,
+    seconds). Their only cold builds: the session's cache is this one (a cold build of torch's headers takes
+    ~20 s of one core; three at once use both of the CI's cores)."""
+    cache = tmp_path_factory.mktemp("kj-cache")
+    isolation = CANDIDATES / "isolation"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(CANDIDATES / "isolation" / "cpp_ext.py"),
-                           str(CANDIDATES / "isolation" / "cpp_broken.py"), "-j", "2", "--device", "cpu",
+    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
+                           str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
                            "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "COLUMNS": "1000"})
     return cache, done, time.monotonic() - started

@@ -283,8 +283,10 @@ class WorkerPool:
     """Pre-started processes for many evaluations in a row (an RL loop, the MCP server, `kerneljudge
     serve`, `api.*(pool=...)` in a script): a spare worker and a spare referee.
 
-    Each spends its first seconds importing torch and starting CUDA (4.7 s on an H200 host); a spare
-    started when the previous evaluation ended (`fill`) has done that by the time the next one takes it,
+    A process executed afresh spends its first seconds importing torch (4.7 s with CUDA's start on an H200
+    host); one forked by the fork server (spawn.py) starts in milliseconds, and a spare then saves the
+    server's own start. A spare started when the previous evaluation ended (`fill`) is ready by the time
+    the next one takes it,
     if anything came in between (an agent thinking, a server waiting for its next client). Spares are
     not started during an evaluation: a process importing torch would compete with its measurements.
     Every evaluation still gets fresh processes: a spare is never one that ran candidate code. Safe to
