@@ -25,9 +25,8 @@ SHIPPED_CPP = next((Path(__file__).parents[1] / "src" / "kerneljudge" / "suite" 
 
 
 @pytest.fixture(scope="session")
-def cache_dir(cpp_built) -> Path:
-    """The session's cache: the one the C++ extensions were built into first (cpp_built)."""
-    return cpp_built[0]
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kj-cache")
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +34,9 @@ def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, floa
     """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, in a subprocess:
     tests/candidates/isolation/cpp_ext.py (its extension source is shared by the probe candidates),
     cpp_broken.py (a compile error) and level1/19's shipped C++ solution. (cache folder, how it ended,
-    seconds). Their only cold builds: the session's cache is this one (a cold build of torch's headers takes
-    ~20 s of one core; three at once use both of the CI's cores)."""
-    cache = tmp_path_factory.mktemp("kj-cache")
+    seconds). Their only cold builds: the tests that evaluate them use this cache (a cold build of torch's
+    headers takes ~20 s of one core; three at once use both of the CI's cores)."""
+    cache = tmp_path_factory.mktemp("kj-build-cache")
     isolation = CANDIDATES / "isolation"
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),

@@ -239,8 +239,9 @@ def test_shipped_triton_solution_runs_under_the_interpreter(kj):
     assert "decoy-kernel" not in codes(result)
 
 
-def test_shipped_cpp_solution_builds_and_passes(kj):
-    rc, out, err = kj("eval", "level1/19", "@cpp", *NO_TIMING, "--json")
+def test_shipped_cpp_solution_builds_and_passes(kj, cpp_built):
+    rc, out, err = kj("eval", "level1/19", "@cpp", *NO_TIMING, "--json",
+                      env={"KERNELJUDGE_CACHE_DIR": str(cpp_built[0])})  # built once for the session
     assert rc == 0, err
     result = parse_json(out)
     assert result["verdict"] == "pass", [(f["code"], f["message"]) for f in result["findings"]]

@@ -30,7 +30,9 @@ def test_the_suite_is_what_the_shipped_parametrization_covers():
 @pytest.mark.parametrize("problem, variant, path", [
     pytest.param(name, variant, path, id=f"{name.split('_')[0]}@{variant}")
     for name, variant, path in SHIPPED if variant != "cuda"])  # CUDA ones: tests/test_gpu.py
-def test_shipped_solution_passes_strict_protocol_on_cpu(fast, problem, variant, path):
+def test_shipped_solution_passes_strict_protocol_on_cpu(fast, request, problem, variant, path):
+    if variant == "cpp":  # built once for the session (conftest.py)
+        fast = fast.replace(cache_dir=request.getfixturevalue("cpp_built")[0])
     result = api.check(problem, path, fast)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert result.protocol == "strict" and len(result.trials) == fast.check.trials
