@@ -3,9 +3,9 @@ contained by its worker process and named by one finding; C++ builds are cached 
 and reported; the private channel frames messages, notices EOF and honours its deadline.
 
 Every evaluation here is real (a worker process per candidate, on the CPU with level2/51's `small`
-preset). Cold C++ builds are the slow part (~25 s each on two cores): there are two rounds of them,
-one for `kerneljudge build` (the good and the broken candidate in parallel) and one for two
-evaluations racing on a fresh cache.
+preset). Cold C++ builds are the slow part (~20 s of one core each with torch's headers): one round, for
+the session (conftest.py: `kerneljudge build` of the good, the broken and a shipped candidate at once);
+the two evaluations racing on a fresh cache build an extension without torch's headers (~5 s).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ ISO = CANDIDATES / "isolation"
 FALLBACK = {"KERNELJUDGE_SANDBOX_OFF": "mount,pid"}
 CPP = ISO / "cpp_ext.py"
 BROKEN = ISO / "cpp_broken.py"
+LIGHT = ISO / "cpp_light.py"
 
 
 def judge(options, name: str, **worker):
@@ -316,9 +317,10 @@ def test_cache_info_clear_and_the_environment_variable(built, tmp_path):
 
 
 def test_two_evaluations_of_a_new_source_at_once_build_it_once(tmp_path, fast):
+    """A cold build that takes seconds (cpp_light.py: pybind11 without torch's headers) raced by two judges."""
     cache_dir = tmp_path / "race-cache"
     env = {**os.environ, "KERNELJUDGE_STORE": str(tmp_path / "results.sqlite")}
-    command = [sys.executable, "-m", "kerneljudge", "eval", SEED, str(CPP), "--device", "cpu", "--json",
+    command = [sys.executable, "-m", "kerneljudge", "eval", SEED, str(LIGHT), "--device", "cpu", "--json",
                "--no-timing", "--no-probes", "--no-store", "--cache-dir", str(cache_dir)]
     racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
               for _ in range(2)]
@@ -334,7 +336,7 @@ def test_two_evaluations_of_a_new_source_at_once_build_it_once(tmp_path, fast):
     assert hit["cache_key"] == miss["cache_key"]
     assert hit["build_ms"] < miss["build_ms"] / 4  # the wait for the other's build is not counted
 
-    later = evaluate(SEED, CPP, fast.replace(cache_dir=cache_dir, probes=False))
+    later = evaluate(SEED, LIGHT, fast.replace(cache_dir=cache_dir, probes=False))
     assert later.verdict == "pass" and later.build.cache == "hit" and later.build.build_ms < miss["build_ms"] / 4
 
 

@@ -126,8 +126,8 @@ class WorkerProcess:
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
-            hidden=options.hidden, limits=sandbox.limits(options.timeout_s, options.max_file_mb, options.max_processes,
-                                  options.max_open_files), cgroup=self.cgroup)
+            hidden=options.hidden, cgroup=self.cgroup, limits=sandbox.limits(
+                options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""

@@ -121,8 +121,12 @@ class ForkServer:
             warm_theirs.close()
         self.sockets = {False: ours, True: warm_ours}
         self.lock = threading.Lock()
-        for warm in self.sockets:
-            self._reply(warm, READY_TIMEOUT_S, "ready")
+        try:
+            for warm in self.sockets:
+                self._reply(warm, READY_TIMEOUT_S, "ready")
+        except ForkServerFailed:
+            self.close()
+            raise
 
     def spawn(self, command: list[str], *, env: dict[str, str], cwd: str, log: IO[bytes],
               pass_fds: tuple[int, ...], warm: bool) -> Forked:
@@ -160,7 +164,7 @@ class ForkServer:
 
     def close(self) -> None:
         for end in self.sockets.values():
-            end.close()  # the servers exit when their sockets close; their children go on until they end
+            end.close()  # the servers exit when their sockets close, and what they forked dies with them
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -185,6 +189,8 @@ class _Servers:
         self.broken: set[tuple] = set()
 
     def get(self, env: dict[str, str]) -> ForkServer | None:
+        """The server for `env`'s startup environment; one for another is closed first (the judge's
+        environment changed between evaluations: what it had forked has ended)."""
         key = tuple(sorted(startup_environment(env).items()))
         with self.lock:
             if self.current is not None and self.current[0] == key and self.current[1].process.poll() is None:

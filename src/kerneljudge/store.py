@@ -73,7 +73,8 @@ CREATE INDEX IF NOT EXISTS results_job ON results (run_id, job_key);
 #: The steps that bring an older file up to SCHEMA_VERSION, keyed by the version they start from.
 _MIGRATIONS = {
     1: "ALTER TABLE results ADD COLUMN run_id TEXT; CREATE INDEX IF NOT EXISTS results_run ON results (run_id, id);",
-    2: "ALTER TABLE results ADD COLUMN job_key TEXT; CREATE INDEX IF NOT EXISTS results_job ON results (run_id, job_key);",
+    2: "ALTER TABLE results ADD COLUMN job_key TEXT; "
+       "CREATE INDEX IF NOT EXISTS results_job ON results (run_id, job_key);",
 }
 
 #: Columns `history` returns (everything but the bulky source, options and result JSON).

@@ -151,7 +151,8 @@ def launch_command(command: list[str], *, layers, writable, limits: dict, hidden
     (proc/lifeline.py) is filled by whoever starts it; COMMAND's by the launcher (the worker's parent as the
     worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
-              "hidden": [str(Path(h)) for h in hidden], "limits": limits, "cgroup": str(cgroup.path) if cgroup else None}
+              "hidden": [str(Path(h)) for h in hidden], "limits": limits,
+              "cgroup": str(cgroup.path) if cgroup else None}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 

@@ -1,5 +1,5 @@
-"""The sandbox launcher: `python -m kerneljudge.sandbox.launch CONFIG JUDGE_PID -- COMMAND...` sets up the layers
-CONFIG names, then runs COMMAND (the worker) in them. It imports nothing but the standard library,
+"""The sandbox launcher: `python -m kerneljudge.sandbox.launch CONFIG JUDGE_PID -- COMMAND...` sets up the
+layers CONFIG names, then runs COMMAND (the worker) in them. It imports nothing but the standard library,
 kerneljudge.sandbox.linux and proc.lifeline, and runs before any candidate code exists. JUDGE_PID is its
 parent's (the judge, or the fork server that forked it: proc/zygote.py).
 
