@@ -43,7 +43,11 @@ def test_partial_cache_key_is_stale_when_another_parameter_changes_alone(fast):
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
     assert set(stale) == {"in-place", "replace"}  # a state-dict round trip changes the weight too
     for found in stale.values():
-        assert sorted(found.details["parameters"]) == ["gemm.bias", "subtract"]
+        # gemm.bias reaches the output only through its mean over the 128 outputs (problem-lint's
+        # insensitive-parameter), so a random change of it alone can stay within the tolerance: it is named
+        # when its change showed, subtract always
+        assert "subtract" in found.details["parameters"]
+        assert set(found.details["parameters"]) <= {"gemm.bias", "subtract"}
         assert not found.details["together"] and "gemm.weight" not in found.message
         assert "changed alone" in found.message
 
