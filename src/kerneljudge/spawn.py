@@ -59,6 +59,12 @@ def start(command: list[str], *, env: dict[str, str], cwd: str, log: IO[bytes], 
                 return server.spawn(command, env=env, cwd=cwd, log=log, pass_fds=pass_fds, warm=warm)
             except ForkServerFailed as exc:
                 _servers.failed(server, str(exc))
+    return _execute(command, env=env, cwd=cwd, log=log, pass_fds=pass_fds)
+
+
+def _execute(command: list[str], *, env: dict[str, str], cwd: str | None, log: IO[bytes],
+             pass_fds: tuple[int, ...]) -> subprocess.Popen:
+    """`command` executed afresh from the spawning thread, in its own session, PARENT this process."""
     return _SPAWNER.submit(
         subprocess.Popen, with_parent(command, os.getpid()), stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT, cwd=cwd, env=env, pass_fds=pass_fds, start_new_session=True).result()
@@ -113,9 +119,7 @@ class ForkServer:
         given = (theirs.fileno(), warm_theirs.fileno())
         command = [sys.executable, "-m", "kerneljudge.proc.zygote", *map(str, given), PARENT]
         try:
-            self.process = _SPAWNER.submit(
-                subprocess.Popen, with_parent(command, os.getpid()), stdin=subprocess.DEVNULL, stdout=self.log,
-                stderr=subprocess.STDOUT, env=env, pass_fds=given, start_new_session=True).result()
+            self.process = _execute(command, env=env, cwd=None, log=self.log, pass_fds=given)
         finally:
             theirs.close()
             warm_theirs.close()
