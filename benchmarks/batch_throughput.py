@@ -22,6 +22,7 @@ max(total build time / CPU cores, total judging time) x 1.2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -188,29 +189,30 @@ class Sampler:
     def __init__(self, lanes: int):
         self.lanes = lanes
         self.status = None
-        self.samples: list[tuple[bool, int, float | None]] = []
+        self.samples: list[tuple[bool, set[str], list[float]]] = []
         self.done = threading.Event()
         self.smi = shutil.which("nvidia-smi")
 
     def on_change(self, status) -> None:
         self.status = status
 
-    def _gpu_utilisation(self) -> float | None:
+    def _gpu_utilisation(self) -> list[float]:
+        """Each visible GPU's utilisation in %, in nvidia-smi's order (empty without nvidia-smi)."""
         if not self.smi:
-            return None
+            return []
         try:
-            out = subprocess.run([self.smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
+            out = subprocess.run([self.smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=2).stdout
-            return float(out.strip().splitlines()[0])
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            return None
+            return [float(line) for line in out.split()]
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return []
 
     def run(self) -> None:
         while not self.done.wait(0.25):
             status = self.status
             if status is None:
                 continue
-            judging = sum(1 for doing in status.lanes.values() if doing not in ("idle", "done"))
+            judging = {lane for lane, doing in status.lanes.items() if doing not in ("idle", "done")}
             self.samples.append((status.ready > 0, judging, self._gpu_utilisation()))
 
 
@@ -224,6 +226,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--pytorch-only", action="store_true", help="leave the CUDA candidates out (a CPU smoke run)")
     parser.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated subset of the problems")
+    parser.add_argument("--save", type=Path, default=None, help="write each candidate's id, verdict, codes and lane "
+                        "here (JSON lines), to compare two runs")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kj-batch-bench-"))
@@ -256,8 +260,11 @@ def main() -> None:
     judge_s = sum(f.judge_ms for f, _, _ in rows) / 1e3
     stages_s = sum(s for _, _, s in rows) / 1e3
     waiting = [s for s in sampler.samples if s[0]]
-    busy = sum(min(s[1], lanes) for s in waiting) / (len(waiting) * lanes) if waiting else None
-    utilisation = [s[2] for s in waiting if s[2] is not None]
+    busy = sum(min(len(s[1]), lanes) for s in waiting) / (len(waiting) * lanes) if waiting else None
+    lane_names = [lane.name for lane in batch.scheduler.backend.lanes()]
+    per_lane = {name: sum(name in s[1] for s in waiting) / len(waiting) for name in lane_names} if waiting else {}
+    per_gpu = [sum(u) / len(u) for u in zip(*[s[2] for s in waiting if s[2]])]
+    utilisation = [sum(s[2]) / len(s[2]) for s in waiting if s[2]]
     bound = 1.2 * max(build_s / (os.cpu_count() or 1), judge_s / lanes)
     verdicts = {v: sum(line["verdict"] == v for _, line, _ in rows) for v in ("pass", "fail", "error")}
     print()
@@ -270,6 +277,13 @@ def main() -> None:
           f"{wall_s / stages_s:.2f} | {bound:.1f} | {f'{100 * busy:.0f}%' if busy is not None else 'n/a'} | "
           f"{f'{sum(utilisation) / len(utilisation):.0f}%' if utilisation else 'n/a'} | "
           f"{verdicts['pass']}/{verdicts['fail']}/{verdicts['error']} |")
+    print("busy while built candidates waited, per lane: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in per_lane.items())
+          + "; GPU utilisation then, per GPU: " + ", ".join(f"{u:.0f}%" for u in per_gpu))
+    if args.save:
+        with args.save.open("w") as saved:
+            for finished, line, _ in rows:
+                saved.write(json.dumps({"id": finished.job.id, "verdict": line["verdict"], "codes": line["codes"],
+                                        "lane": finished.lane}) + "\n")
     judged = [(f, s) for f, _, s in rows if f.lane is not None]
     if judged:
         print(f"judged on a lane: {len(judged)}; mean judge {sum(f.judge_ms for f, _ in judged) / len(judged) / 1e3:.2f} s "

@@ -11,6 +11,7 @@ strict evaluation of level2/51's shipped PyTorch rewrite without timing, repeate
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -31,7 +32,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    cache = tempfile.mkdtemp(prefix="kj-fork-bench-")
+    cache = os.environ.get("KERNELJUDGE_CACHE_DIR") or tempfile.mkdtemp(prefix="kj-fork-bench-")
     for fork_server in (True, False):
         options = Options(device=args.device, store_path=None, cache_dir=cache).replace(
             timing={"enabled": False}, worker={"fork_server": fork_server})

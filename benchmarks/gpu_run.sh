@@ -4,6 +4,8 @@
 set -u
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export KERNELJUDGE_CACHE_DIR=/tmp/kj-cache KERNELJUDGE_STORE=/tmp/kj-store.sqlite
+# the tests build into the same cache: each CUDA source of this call is built once (tests/conftest.py)
+export KERNELJUDGE_TEST_CACHE=$KERNELJUDGE_CACHE_DIR
 OUT=${OUT:-/tmp/kj-out}; mkdir -p "$OUT"
 kj() { python -m kerneljudge "$@"; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -13,6 +15,12 @@ for part in ${PARTS:-build timer seed judge exploits cost served}; do case $part
 build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
   kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
      benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
+tests) step "the GPU tests (tests/test_gpu.py)"; timeout 300 python -m pytest -q -rA tests/test_gpu.py ;;
+forkserver) step "process start and evaluations with the fork server and afresh"
+  timeout 200 python benchmarks/fork_server.py --device cuda --repeats 2 ;;
+probes) step "the probes' GPU cases"; timeout 300 python benchmarks/probes_gpu_check.py ;;
+mutants) step "the poison mutants (killed only by the GPU tests)"
+  timeout 200 python scripts/mutation_check.py --no-baseline --only check-poison-off --only worker-poison-off ;;
 sweep) step "launch-shape sweep of the seed kernels"; timeout 300 python benchmarks/seed_sweep.py ;;
 overhead) step "device time vs host overhead of the seed solutions"; timeout 300 python benchmarks/seed_overhead.py ;;
 timer) step "timer check"; timeout 300 python benchmarks/timer_check.py ;;
@@ -74,4 +82,39 @@ served) step "judge cost through \`kerneljudge serve\` (a worker kept started be
   for i in 1 2 3; do sleep 8; time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/served_$i.json"; done
   for i in 1 2 3; do python -c "import json; r=json.load(open('$OUT/served_$i.json')); print(r['verdict'], r['stage_ms'])"; done
   kj serve --status; kill $server; wait $server; cat "$OUT/serve.log" ;;
+twogpu) step "two GPUs against one (issue 20): the same batch, one command after the other"
+  problems=${TWO_GPU_PROBLEMS:-level1/19,level1/23,level1/47,level2/51}
+  for lanes in 1 2; do
+    timeout 280 python benchmarks/batch_throughput.py --lanes $lanes --pytorch-only --problems $problems \
+      --save "$OUT/batch_${lanes}gpu.jsonl"
+  done
+  python - "$OUT/batch_1gpu.jsonl" "$OUT/batch_2gpu.jsonl" <<'PY'
+import json, sys
+one, two = ({r["id"]: r for r in map(json.loads, open(p))} for p in sys.argv[1:])
+same = [k for k in one if k in two and (one[k]["verdict"], one[k]["codes"]) == (two[k]["verdict"], two[k]["codes"])]
+print(f"verdicts identical: {len(same)} of {len(one)} (two-GPU run has {len(two)}); lanes used with 2 GPUs:",
+      sorted({r["lane"] for r in two.values()}))
+for k in sorted(set(one) | set(two)):
+    if k not in same:
+        print("  differs:", k, one.get(k), two.get(k))
+PY
+  step "timing on GPU 0 alone, then while GPU 1 judges a batch (issue 20 item 4)"
+  kj eval l2/51 @cuda @triton @pytorch --no-baselines --device cuda:0 --json > "$OUT/alone.json"
+  CUDA_VISIBLE_DEVICES=1 timeout 250 python benchmarks/batch_throughput.py --lanes 1 --pytorch-only \
+    --problems $problems > "$OUT/other_gpu.log" 2>&1 & other=$!
+  sleep 15
+  kj eval l2/51 @cuda @triton @pytorch --no-baselines --device cuda:0 --json > "$OUT/during.json"
+  echo "the other GPU's batch was still running at the end: $(kill -0 $other 2>/dev/null && echo yes || echo no)"
+  kill $other 2>/dev/null; wait $other 2>/dev/null
+  python - "$OUT/alone.json" "$OUT/during.json" <<'PY'
+import json, sys
+alone, during = (json.load(open(p))["results"] for p in sys.argv[1:])
+for a, d in zip(alone, during):
+    ma, md = a["timing"]["candidate"]["median_ms"], d["timing"]["candidate"]["median_ms"]
+    print(f"{a['candidate']['path'].rsplit('/', 1)[-1]:12} alone {a['verdict']} {ma:.5f} ms, during {d['verdict']} "
+          f"{md:.5f} ms: {100 * (md - ma) / ma:+.2f}%")
+PY
+  ;;
+level1_1) step "level1/1 (4096x4096 matmul) at full size: the honest rewrite (a problem-error in the last batch run)"
+  kj eval l1/1 @pytorch --no-baselines --budget-ms 200 ;;
 esac; done

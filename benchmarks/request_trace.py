@@ -48,6 +48,9 @@ def main() -> None:
     result = api.evaluate(args.problem, args.solution, options)
     wall_s = time.perf_counter() - started
     print(f"{result.verdict} wall {wall_s:.2f} s", result.stage_ms, (result.timing or {}).get("cross_check"))
+    for finding in result.findings:
+        if finding.severity in ("fail", "error"):
+            print(f"  {finding.severity} {finding.code} [{finding.stage}]: {finding.message[:300]}")
     print(f"{'role':8} {'request':18} {'n':>4} {'total ms':>10} {'mean ms':>9} {'inline MiB':>11} {'sealed MiB':>11}")
     for (role, op), (n, seconds, inline, mapped) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
         print(f"{role:8} {op:18} {n:4} {1e3 * seconds:10.1f} {1e3 * seconds / n:9.2f} {inline / 2**20:11.1f} "

@@ -26,7 +26,10 @@ SHIPPED_CPP = next((Path(__file__).parents[1] / "src" / "kerneljudge" / "suite" 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kj-cache")
+    """A fresh build cache for the session; `KERNELJUDGE_TEST_CACHE` names one to reuse instead (the GPU
+    device call builds its CUDA sources once for every script and test it runs: benchmarks/gpu_run.sh)."""
+    shared = os.environ.get("KERNELJUDGE_TEST_CACHE")
+    return Path(shared) if shared else tmp_path_factory.mktemp("kj-cache")
 
 
 @pytest.fixture(scope="session")

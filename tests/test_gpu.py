@@ -49,6 +49,17 @@ def test_re_recorded_start_event_is_timing_tampering(on_gpu):
     assert failing <= {"timing-tampering", "impossible-speed"}
 
 
+def test_side_stream_only_while_timed_reads_inputs_the_caller_has_not_written_yet(on_gpu):
+    """Its work goes to an unjoined side stream only inside the timing loop (found from the stack). Before a
+    watched call the device waits, then writes the call's new inputs in the caller's stream order: the side
+    stream has read the old ones by then, and every watched call's output is checked."""
+    result = api.evaluate(SEED, GPU / "side_stream_when_timed.py", on_gpu.replace(timing=SHORT_TIMING))
+    verdict, failing = outcome(result)
+    mismatch = [f for f in result.findings if f.code == "timed-output-mismatch"]
+    assert verdict == "fail" and mismatch and mismatch[0].details["watched"], [(f.code, f.message) for f in result.findings]
+    assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")  # the probes see an honest one
+
+
 def test_shipped_cuda_solution_passes_strict_with_timing(on_gpu):
     result = api.evaluate(SEED, suite.shipped_solutions(suite.find_builtin(SEED).name)["cuda"],
                           on_gpu.replace(timing=SHORT_TIMING))

@@ -112,6 +112,42 @@ class _FakeProcess:
         return {"samples_ms": [9.0] * request.count}
 
 
+class _WatchedProcess:
+    """A timed GPU worker on a fake clock: a batch of 8 calls claims 1 ms each and takes 10 ms, plus the
+    device's wait before each watched call."""
+
+    def __init__(self, clock):
+        self.clock, self.requests = clock, []
+
+    def call(self, request):
+        self.requests.append(request)
+        self.clock["ms"] += 10.0 + len(request.watch) * request.watch_delay_ms
+        return {"samples_ms": [1.0] * request.count, "unjoined": []}
+
+
+class _AlwaysChoose:
+    def random(self) -> float:
+        return 0.0
+
+
+def test_watched_calls_are_refilled_calls_and_their_wait_is_not_unexplained_time():
+    clock = {"ms": 0.0}
+    process = _WatchedProcess(clock)
+    timer = RemoteTimer(process, 8, lambda: clock["ms"], watch_delay_ms=3.0)
+    timer.chooser = _AlwaysChoose()
+    calls = [IterationCall(lambda i: None, i) for i in range(8)]
+    timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
+    timer.time_calls(calls)
+    assert process.requests[0].watch == [2, 5] and process.requests[0].watch_delay_ms == 3.0
+    assert timer.slacks_ms == [(10.0 - 8.0) / 8]  # the two waits (6 ms) are the judge's
+    timer.refills.update({i: 20 + i for i in range(8, 16)})
+    timer.time_calls([IterationCall(lambda i: None, i) for i in range(8, 16)])
+    assert process.requests[1].watch == [8, 9, 10, 11]  # at most WATCHED_CALLS in all
+    assert timer.watched == {2, 5, 8, 9, 10, 11}
+    timer.time_calls([IterationCall(lambda i: None, i) for i in range(16, 24)])
+    assert process.requests[2].watch == [] and process.requests[2].watch_delay_ms == 0.0
+
+
 def test_the_judge_rests_before_each_timed_request_outside_the_time_it_measures():
     clock = {"ms": 0.0}
     slept = []

@@ -75,12 +75,14 @@ class TimeBatch(Request):
     before each; `refills` maps a call index to a seed whose inputs go into that set before the call.
     The reply is sent after a device-wide synchronisation. Reply: samples_ms; from the worker also threads
     (left running after a timed call) and unjoined (of the `watch` calls, those whose output changed after
-    the call returned: worker/watch.py)."""
+    the call returned: worker/watch.py). A `watch` call's refill is written in the caller's stream order
+    right before it, after the device waited `watch_delay_ms` (proc/timed.py)."""
     op: ClassVar[str] = "time-batch"
     first: int
     count: int
     refills: dict[str, int] = field(default_factory=dict)
     watch: list[int] = field(default_factory=list)
+    watch_delay_ms: float = 0.0
 
 
 @request

@@ -24,6 +24,7 @@ INPUT_SET_FREE_SHARE = 8  # nor beyond this fraction of the free memory (fewer s
 # launch latency is not in its device time (the device would otherwise sit idle, waiting for the host, inside
 # the first call's events). The same in both processes, so it is part of both sides of the cross-check.
 LEAD_SPIN_CYCLES = 100_000
+CALIBRATION_SPIN_CYCLES = 2_000_000  # timed once per TimedModel on a GPU: the device's spin cycles per ms
 
 
 class TimedModel:
@@ -47,6 +48,7 @@ class TimedModel:
         else:
             self.timer = timing.HostTimer(clock_ns, flush=timing.CpuCacheFlusher())
         self._pending_refills: dict[int, int] = {}
+        self._spin_cycles_per_ms = _spin_cycles_per_ms(device) if device.type == "cuda" else 0.0
 
     def describe(self, call: bool) -> dict[str, Any]:
         """How many input sets fit; with `call`, one untimed call for the bytes it reads and writes."""
@@ -72,14 +74,28 @@ class TimedModel:
                 if isinstance(buffer, torch.Tensor):
                     buffer.copy_(fresh)
 
-    def batch(self, first: int, count: int, refills: dict[int, int]) -> list[float]:
+    def _gated(self, watched: set[int], delay_cycles: int) -> Callable[[int], None]:
+        """Before a watched call (GPU): the device waits, then writes the call's new input values in the
+        caller's stream order, while the host goes straight on to launch the call. Work the call puts on
+        another stream without waiting for the caller's stream reads the set's old values, whatever the
+        timing: its output is then wrong, and the judge checks every watched call's output."""
+        def before(i: int) -> None:
+            if i in watched:
+                torch.cuda._sleep(delay_cycles)
+                self._before(i)
+        return before
+
+    def batch(self, first: int, count: int, refills: dict[int, int], watched: set[int] = frozenset(),
+              watch_delay_ms: float = 0.0) -> list[float]:
         """Time calls first..first+count-1; keep their outputs until the next batch. On a GPU the batch's
         refills are done before its first call (each set is used once per batch), so the host has nothing
-        to do between calls but launch them."""
+        to do between calls but launch them; a watched call's refill is done right before it (`_gated`)."""
         self.outputs = {}
         self._pending_refills = dict(refills)
         calls = [timing.IterationCall(self._one, first + k) for k in range(count)]
         on_gpu = self.device.type == "cuda"
+        watched = set(watched) & set(refills) if on_gpu else set()
+        gate = self._gated(watched, int(watch_delay_ms * self._spin_cycles_per_ms))
         with torch.inference_mode():
             samples = []
             step = getattr(self.timer, "batch", 1)
@@ -87,8 +103,20 @@ class TimedModel:
                 group = calls[start:start + step]
                 if on_gpu:
                     for call in group:
-                        self._before(call.index)
+                        if call.index not in watched:
+                            self._before(call.index)
                     torch.cuda._sleep(LEAD_SPIN_CYCLES)
-                samples += timing.time_calls(self.timer, group, None if on_gpu else self._before)
+                samples += timing.time_calls(self.timer, group, gate if on_gpu else self._before)
         synchronize(self.device)
         return [float(s) for s in samples]
+
+
+def _spin_cycles_per_ms(device: torch.device) -> float:
+    """How many cycles of `torch.cuda._sleep` the device spins per millisecond (its clock, as it runs now)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(device):
+        start.record()
+        torch.cuda._sleep(CALIBRATION_SPIN_CYCLES)
+        end.record()
+        end.synchronize()
+    return CALIBRATION_SPIN_CYCLES / max(start.elapsed_time(end), 1e-3)

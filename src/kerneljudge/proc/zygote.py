@@ -64,12 +64,22 @@ def main(argv: list[str]) -> None:
     _serve(control)
 
 
+#: cuDeviceGetCount's answer before anyone called cuInit (CUDA_ERROR_NOT_INITIALIZED).
+CUDA_NOT_INITIALIZED = 3
+
+
 def _cuda_untouched() -> None:
-    """Exit (the judge then starts each process afresh) if anything imported here loaded the CUDA driver:
-    a process forked after the driver started cannot use CUDA."""
+    """Exit (the judge then starts each process afresh) if anything imported here started the CUDA driver:
+    a process forked after `cuInit` cannot use CUDA. A driver that is only loaded is fine (a CUDA build of
+    torch maps libcuda at import): the loaded library is asked, without starting it, whether it was started."""
     with open("/proc/self/maps") as maps:
-        if "libcuda.so" in maps.read():
-            print("the CUDA driver was loaded while importing torch; a forked process could not use it", flush=True)
+        loaded = {line.split()[-1] for line in maps if "/libcuda.so" in line}
+    for path in loaded:
+        driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        answer = driver.cuDeviceGetCount(ctypes.byref(ctypes.c_int()))
+        if answer != CUDA_NOT_INITIALIZED:
+            print(f"the CUDA driver was started while importing torch (cuDeviceGetCount answered {answer});"
+                  " a forked process could not use it", flush=True)
             os._exit(1)
 
 

@@ -31,6 +31,12 @@ NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 WATCH_PROBABILITY = 0.0625  # GPU: each timed call's stream order is read with this probability ...
 WATCHED_CALLS = 6  # ... up to this many per measurement (each read is a copy of the output inside its call)
+# Before a watched call the device waits this long, then writes the call's new inputs (proc/timed.py): longer
+# than the host takes to launch the call and than the work itself, so work put on another stream without
+# waiting for the caller's reads the old inputs. A multiple of the reference's time, bounded.
+WATCH_DELAY_MIN_MS = 1.0
+WATCH_DELAY_REFERENCE_FACTOR = 4.0
+WATCH_DELAY_MAX_MS = 50.0
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
@@ -96,16 +102,18 @@ class RemoteTimer:
     the judge's clock (after the pacer's rest). `before(i)` may leave a refill seed in `refills` for call i."""
 
     def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None,
-                 *, watch: bool = False):
+                 *, watch_delay_ms: float | None = None):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
         self.pacer = pacer or Pacer(0.0, clock_ms)
         self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
-        # the candidate's timed calls watched from inside its batches (worker/watch.py): calls whose stream
-        # order is read, chosen here in secret; what the worker saw
-        self.watch_left = WATCHED_CALLS if watch else 0
+        # the candidate's timed calls watched from inside its batches (worker/watch.py), chosen here in secret
+        # among the calls that get new inputs (each is checked: see _measure); what the worker saw
+        self.watch_left = WATCHED_CALLS if watch_delay_ms is not None else 0
+        self.watch_delay_ms = watch_delay_ms or 0.0
+        self.watched: set[int] = set()
         self.chooser = random.SystemRandom()
         self.threads: list[str] = []
         self.unjoined: list[int] = []
@@ -120,11 +128,13 @@ class RemoteTimer:
         first, count = calls[0].index, len(calls)
         self.next_call = max(self.next_call, first + count)
         refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
-        watch = [i for i in range(first, first + count) if self.chooser.random() < WATCH_PROBABILITY][:self.watch_left]
+        watch = [i for i in range(first, first + count)
+                 if str(i) in refills and self.chooser.random() < WATCH_PROBABILITY][:self.watch_left]
         self.watch_left -= len(watch)
+        self.watched.update(watch)
         self.pacer.rest()
         started = self.clock_ms()
-        reply = self.process.call(protocol.TimeBatch(first, count, refills, watch))
+        reply = self.process.call(protocol.TimeBatch(first, count, refills, watch, self.watch_delay_ms if watch else 0.0))
         self.pacer.last_reply_ms = self.clock_ms()
         wall = self.pacer.last_reply_ms - started
         if reply.get("findings") or reply.get("error"):
@@ -133,7 +143,8 @@ class RemoteTimer:
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
         self.threads = protocol.strings(reply.get("threads", []), "threads") or self.threads
         self.unjoined += [int(i) for i in protocol.numbers(reply.get("unjoined", []), "unjoined") if int(i) in watch]
-        self.slacks_ms.append((wall - math.fsum(samples)) / count)
+        # a watched call's wait is the judge's own (the device idles): not unexplained time
+        self.slacks_ms.append((wall - math.fsum(samples) - len(watch) * self.watch_delay_ms) / count)
         return samples
 
     @property
@@ -190,8 +201,10 @@ def _method(device: str, opts) -> str:
 
 
 def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRule, clock_ms,
-             check: bool = False) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
-    """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable)."""
+             check: bool = False, watch_delay_ms: float | None = None
+             ) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
+    """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable).
+    `watch_delay_ms` (GPU): watch some timed calls from inside their batches, each checked (worker/watch.py)."""
     opts = j.options.timing
     parts = _parts(opts)
     part = list(parts).index(model) + 1
@@ -208,7 +221,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     used: set[int] = set()
     on_gpu = j.device.startswith("cuda")
     timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms),
-                        watch=process is j.worker and on_gpu)
+                        watch_delay_ms=watch_delay_ms if on_gpu else None)
     # enough batches for the cross-check's medians, where the budget allows
     least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
@@ -242,7 +255,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         if position is not None:
             checked["measured"] += 1
         drawn = position in forced or chooser.random() < CHECK_PROBABILITY
-        if check and checked["n"] < opts.checked_calls and drawn:
+        if check and (i in timer.watched or (checked["n"] < opts.checked_calls and drawn)):
             check_output(i, measured=position is not None)
 
     def check_output(i: int, measured: bool) -> None:
@@ -250,7 +263,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         if measured:
             checked["done"].add(i)
         started = clock_ms()
-        _check_timed_output(j, i, current[i % sets])
+        _check_timed_output(j, i, current[i % sets], watched=i in timer.watched)
         checking["ms"] += clock_ms() - started
 
     def measuring() -> None:
@@ -303,7 +316,7 @@ def _parts(opts) -> dict[str, str]:
     return parts
 
 
-def _check_timed_output(j: Judging, i: int, seed: int) -> None:
+def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     if any(f.code == "timed-output-mismatch" for f in j.findings):
         return
     exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
@@ -312,7 +325,10 @@ def _check_timed_output(j: Judging, i: int, seed: int) -> None:
     j.draw(seed, STAGE, timed=True)
     trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed")
     if not trial.passed:
-        j.findings.append(Finding.of("timed-output-mismatch", f"timed call {i}: {trial.message}", stage=STAGE, call=i))
+        how = (" (its inputs were written in the caller's stream order just before it, after a wait: work that does "
+               "not wait for the caller's stream read the old ones)") if watched else ""
+        j.findings.append(Finding.of("timed-output-mismatch", f"timed call {i}{how}: {trial.message}", stage=STAGE,
+                                     call=i, watched=watched))
 
 
 def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> dict | None:
@@ -321,8 +337,9 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     stop = timing.StopRule(min_runs=opts.min_runs, max_runs=opts.max_runs, min_time_ms=opts.min_time_ms,
                            budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
     try:
-        _, before, _, _ = _measure(j, j.referee, "calibration", CALIBRATION, clock_ms)
-        candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True)
+        reference, before, _, _ = _measure(j, j.referee, "calibration", CALIBRATION, clock_ms)
+        candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True,
+                                                watch_delay_ms=_watch_delay_ms(reference))
     except StageEnded:
         return None
     stats = candidate.stats
@@ -341,6 +358,11 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                                                             "target_rel_sem")})
     block.floor = _floor(j, *_bandwidth(j, device_key), stats.median_ms)
     return block.to_json()
+
+
+def _watch_delay_ms(reference: timing.Measurement | None) -> float:
+    median_ms = reference.stats.median_ms if reference is not None else 0.0
+    return min(WATCH_DELAY_MAX_MS, WATCH_DELAY_MIN_MS + WATCH_DELAY_REFERENCE_FACTOR * median_ms)
 
 
 def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, stage: str) -> None:

