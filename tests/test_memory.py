@@ -98,6 +98,16 @@ def test_float64_reference_in_chunks_when_over_its_budget(fast, tmp_path):
     assert result.verdict == "fail" and result.trials[0].compared_to == "float64"
 
 
+def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
+    """level1/1, A @ B with A and B both N x N: splitting both into rows is not a valid call (the last
+    H200 batch run ended in problem-error there); rows of A alone, with B whole, are separable."""
+    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    result = api.evaluate("level1/1", "@pytorch", options, overrides=(("N", "256"),))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert result.memory["reference"]["float64"] == "chunked" and result.memory["reference"]["chunks"] > 1
+    assert all(t.compared_to == "float64" for t in result.trials)
+
+
 def test_a_model_mixing_rows_is_not_chunked(fast, tmp_path):
     """x - x.mean(0): rows depend on each other, so rows alone differ from the full run: native truth."""
     problem = problem_file(tmp_path, "centred", "x - x.mean(0, keepdim=True)", sizes="batch_size = 64\ndim = 16384")

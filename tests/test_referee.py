@@ -130,7 +130,7 @@ class _AlwaysChoose:
         return 0.0
 
 
-def test_watched_calls_are_refilled_calls_and_their_wait_is_not_unexplained_time():
+def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checked():
     clock = {"ms": 0.0}
     process = _WatchedProcess(clock)
     timer = RemoteTimer(process, 8, lambda: clock["ms"], watch_delay_ms=3.0)
@@ -139,13 +139,14 @@ def test_watched_calls_are_refilled_calls_and_their_wait_is_not_unexplained_time
     timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
     timer.time_calls(calls)
     assert process.requests[0].watch == [2, 5] and process.requests[0].watch_delay_ms == 3.0
-    assert timer.slacks_ms == [(10.0 - 8.0) / 8]  # the two waits (6 ms) are the judge's
+    assert timer.slacks_ms == []  # a watched batch's hold is the judge's time, not the cross-check's
     timer.refills.update({i: 20 + i for i in range(8, 16)})
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(8, 16)])
     assert process.requests[1].watch == [8, 9, 10, 11]  # at most WATCHED_CALLS in all
     assert timer.watched == {2, 5, 8, 9, 10, 11}
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(16, 24)])
     assert process.requests[2].watch == [] and process.requests[2].watch_delay_ms == 0.0
+    assert timer.slacks_ms == [(10.0 - 8.0) / 8]
 
 
 def test_the_judge_rests_before_each_timed_request_outside_the_time_it_measures():

@@ -16,6 +16,7 @@ import torch
 from kerneljudge import timing
 from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import make_inputs, synchronize
+from kerneljudge.proc.streamhold import StreamHold
 
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
 INPUT_SET_FREE_SHARE = 8  # nor beyond this fraction of the free memory (fewer sets when memory is tight)
@@ -49,6 +50,7 @@ class TimedModel:
             self.timer = timing.HostTimer(clock_ns, flush=timing.CpuCacheFlusher())
         self._pending_refills: dict[int, int] = {}
         self._spin_cycles_per_ms = _spin_cycles_per_ms(device) if device.type == "cuda" else 0.0
+        self._hold = StreamHold.for_device(device, self._spin_cycles_per_ms) if device.type == "cuda" else None
 
     def describe(self, call: bool) -> dict[str, Any]:
         """How many input sets fit; with `call`, one untimed call for the bytes it reads and writes."""
@@ -61,7 +63,11 @@ class TimedModel:
                 "output_bytes": timing.tensor_bytes(out)}
 
     def _one(self, i: int):
-        out = self.call(self.sets[i % len(self.sets)])
+        try:
+            out = self.call(self.sets[i % len(self.sets)])
+        finally:
+            if self._hold is not None:
+                self._hold.lift()  # a watched call has returned: its inputs may be written now
         if self.after_call is not None:  # the worker's watch (worker/watch.py), before the candidate runs again
             self.after_call(i, out)
         self.outputs[i] = out
@@ -75,13 +81,15 @@ class TimedModel:
                     buffer.copy_(fresh)
 
     def _gated(self, watched: set[int], delay_cycles: int) -> Callable[[int], None]:
-        """Before a watched call (GPU): the device waits, then writes the call's new input values in the
-        caller's stream order, while the host goes straight on to launch the call. Work the call puts on
-        another stream without waiting for the caller's stream reads the set's old values, whatever the
-        timing: its output is then wrong, and the judge checks every watched call's output."""
+        """Before a watched call (GPU): the caller's stream is held until the call has returned on the host
+        (proc/streamhold.py; where the driver refuses, the device waits `delay_cycles` instead), then writes
+        the call's new input values. Work the call puts on another stream without waiting for the caller's
+        stream reads the set's old values: its output is then wrong, and the judge checks every watched
+        call's output."""
         def before(i: int) -> None:
             if i in watched:
-                torch.cuda._sleep(delay_cycles)
+                if self._hold is None or not self._hold.hold():
+                    torch.cuda._sleep(delay_cycles)
                 self._before(i)
         return before
 

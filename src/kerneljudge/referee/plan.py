@@ -54,6 +54,7 @@ class Float64Plan:
         self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
+        self.split: tuple[bool, ...] = ()  # which inputs are split into rows (the others go whole to every chunk)
 
     @property
     def usable(self) -> bool:
@@ -97,7 +98,8 @@ class Float64Plan:
                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
                 return None
         if self.separable is None:
-            self.separable = _rows_separable(native, inputs, expected, self.chunks)
+            self.split = _separable_split(native, inputs, expected, self.chunks)
+            self.separable = bool(self.split)
             if not self.separable and self.need <= self.whole_limit:
                 self.chunks = 1  # rows depend on each other, but the whole run fits (else it gives up below)
                 return self.run(run64, native, inputs, expected)
@@ -106,7 +108,7 @@ class Float64Plan:
                          "along dimension 0")
             return None
         try:
-            return _chunked(run64, inputs, expected, self.chunks)
+            return _chunked(run64, inputs, expected, self.chunks, self.split)
         except Exception as exc:  # noqa: BLE001
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
             return None
@@ -134,10 +136,18 @@ def _batch(inputs: list) -> int | None:
     return None if first is None else first.shape[0]
 
 
-def _rows(inputs: list, batch: int, index: torch.Tensor) -> list:
-    """The inputs restricted to the rows `index` (tensors whose dimension 0 is the batch; others whole)."""
-    return [a.index_select(0, index.to(a.device)) if isinstance(a, torch.Tensor) and a.dim() > 0
-            and a.shape[0] == batch else a for a in inputs]
+def _rows(inputs: list, index: torch.Tensor, split: tuple[bool, ...]) -> list:
+    """The inputs restricted to the rows `index` where `split` says so (the others whole)."""
+    return [a.index_select(0, index.to(a.device)) if cut else a for a, cut in zip(inputs, split)]
+
+
+def _splits(inputs: list, batch: int) -> list[tuple[bool, ...]]:
+    """The ways to split the inputs into rows, tried in turn: every tensor whose dimension 0 is the batch
+    (x and its mask), then the first one alone (a matrix product's left operand: B in A @ B is needed whole
+    by every row, however square)."""
+    rowed = tuple(isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] == batch for a in inputs)
+    first = tuple(i == rowed.index(True) for i in range(len(inputs))) if any(rowed) else ()
+    return [s for s in dict.fromkeys([rowed, first]) if any(s)]
 
 
 def _out_rows(out, index: torch.Tensor) -> list | None:
@@ -147,26 +157,34 @@ def _out_rows(out, index: torch.Tensor) -> list | None:
     return [t.index_select(0, index.to(t.device)) for t in tensors]
 
 
-def _rows_separable(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> bool:
-    """Row-wise check on a secret sample of rows (a chunk's worth): the native reference run on them
-    alone gives the same rows as the full run."""
+def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> tuple[bool, ...]:
+    """The first split (`_splits`) under which the rows are separable, checked on a secret sample of rows
+    (a chunk's worth): the native reference run on them alone gives the same rows as the full run. Empty
+    when none is (a run that raises on the rows, a shape that does not fit, is not separable)."""
     batch = _batch(inputs)
     if batch is None or batch < 2:
-        return False
+        return ()
     count = max(1, min(batch - 1, math.ceil(batch / chunks)))
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     index = torch.randperm(batch, generator=generator)[:count].sort().values
     want = _out_rows(expected, index)
     if want is None or any(t.shape[0] != batch for t in ([expected] if isinstance(expected, torch.Tensor)
                                                          else expected)):
-        return False
-    got = _out_rows(native(_rows(clone_args(inputs), batch, index)), torch.arange(count))
-    return got is not None and len(got) == len(want) and all(
-        g.shape == w.shape and torch.allclose(g.double(), w.double(), rtol=SEPARABLE_TOLERANCE,
-                                              atol=SEPARABLE_TOLERANCE, equal_nan=True) for g, w in zip(got, want))
+        return ()
+    for split in _splits(inputs, batch):
+        try:
+            got = _out_rows(native(_rows(clone_args(inputs), index, split)), torch.arange(count))
+        except Exception:  # noqa: BLE001 - these rows alone do not make a valid call: not this split
+            continue
+        if got is not None and len(got) == len(want) and all(
+                g.shape == w.shape and torch.allclose(g.double(), w.double(), rtol=SEPARABLE_TOLERANCE,
+                                                      atol=SEPARABLE_TOLERANCE, equal_nan=True)
+                for g, w in zip(got, want)):
+            return split
+    return ()
 
 
-def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int):
+def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: tuple[bool, ...]):
     """The float64 reference chunk by chunk along dimension 0, written into tensors shaped like the native
     outputs, in float32 (float64 where the native output is float64)."""
     batch = _batch(inputs)
@@ -176,7 +194,7 @@ def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int):
     step = math.ceil(batch / chunks)
     for begin in range(0, batch, step):
         index = torch.arange(begin, min(batch, begin + step))
-        out = run64(upcast(_rows(inputs, batch, index)))
+        out = run64(upcast(_rows(inputs, index, split)))
         for whole, part in zip(truth, [out] if isinstance(out, torch.Tensor) else list(out)):
             whole[begin:begin + len(index)].copy_(part)
         del out

@@ -31,9 +31,9 @@ NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 WATCH_PROBABILITY = 0.0625  # GPU: each timed call's stream order is read with this probability ...
 WATCHED_CALLS = 6  # ... up to this many per measurement (each read is a copy of the output inside its call)
-# Before a watched call the device waits this long, then writes the call's new inputs (proc/timed.py): longer
-# than the host takes to launch the call and than the work itself, so work put on another stream without
-# waiting for the caller's reads the old inputs. A multiple of the reference's time, bounded.
+# Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then writes the
+# call's new inputs. Where the driver cannot hold a stream, the device waits this long instead: a multiple of
+# the reference's time, bounded. A watched batch's time is not the cross-check's (the hold is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
@@ -143,8 +143,8 @@ class RemoteTimer:
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
         self.threads = protocol.strings(reply.get("threads", []), "threads") or self.threads
         self.unjoined += [int(i) for i in protocol.numbers(reply.get("unjoined", []), "unjoined") if int(i) in watch]
-        # a watched call's wait is the judge's own (the device idles): not unexplained time
-        self.slacks_ms.append((wall - math.fsum(samples) - len(watch) * self.watch_delay_ms) / count)
+        if not watch:  # a watched batch's hold is the judge's own time
+            self.slacks_ms.append((wall - math.fsum(samples)) / count)
         return samples
 
     @property
@@ -223,7 +223,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms),
                         watch_delay_ms=watch_delay_ms if on_gpu else None)
     # enough batches for the cross-check's medians, where the budget allows
-    least = max(stop.min_runs, MIN_CROSS_CHECK_BATCHES * timer.batch)
+    least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + timer.watch_left) * timer.batch)  # watched ones left out
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     chooser = random.SystemRandom()
     # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
@@ -425,6 +425,8 @@ def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None,
     candidate is accused: another process loading the machine while only the candidate was timed is not
     the candidate's doing."""
     references = [t for t in (before, after) if t is not None and t.slacks_ms]
+    if not candidate.slacks_ms:  # every batch the budget allowed was watched
+        return {"slack_ms": None, "reference_slack_ms": None}
     if not references:
         return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
     pooled = [s for t in references for s in t.slacks_ms]
@@ -461,6 +463,7 @@ def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> 
     j.take(j.referee.call(protocol.TimeSetup("calibration", [fresh_seed() for _ in range(opts.input_sets)],
                                              _method(j.device, opts))), STAGE)
     reference = RemoteTimer(j.referee, candidate.batch, clock_ms, candidate.pacer)  # one pause between any two
+    candidate.watch_left = 0  # every round's slack is paired
     differences, reference_slacks = [], []
     start = candidate.next_call  # the indices go on from the measurement's: a worker cannot tell these batches apart
     for round_index in range(CONFIRM_ROUNDS):
