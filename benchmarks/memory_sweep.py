@@ -85,10 +85,10 @@ def _shrunk(value: int) -> int:
     return shrunk if shrunk <= 4 * SMALL_LIMIT else SMALL_LIMIT
 
 
-def problems(levels: list[int], sample: int | None, only: str | None) -> list[Path]:
+def problems(levels: list[int], sample: int | None, only: str | None, kernelbench: Path = KERNELBENCH) -> list[Path]:
     chosen = []
     for level in levels:
-        files = sorted((KERNELBENCH / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        files = sorted((kernelbench / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
         if sample:
             step = max(1, len(files) // sample)
             files = files[::step][:sample]  # spread over the level, the same sample every time
@@ -189,6 +189,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")
     parser.add_argument("--table-only", action="store_true", help="only write docs/memory-sweep.md from the state")
+    parser.add_argument("--kernelbench", type=Path, default=KERNELBENCH, help="the KernelBench problems folder "
+                        "(on a device machine, a copy carried into the repository)")
     args = parser.parse_args()
     if args.table_only:
         return write_doc()
@@ -200,7 +202,7 @@ def main() -> None:
                        "message": "the sweep's process was killed while judging it", "judge_peak_bytes": None,
                        "footprint_bytes": None, "ratio": None, "float64": None, "sizes": ""})
         done[name] = {}
-    todo = [p for p in problems([int(x) for x in args.levels.split(",")], args.sample, args.only)
+    todo = [p for p in problems([int(x) for x in args.levels.split(",")], args.sample, args.only, args.kernelbench)
             if f"{p.parent.name}/{p.stem}" not in done]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as folder, WorkerPool(spares=2) as pool:

@@ -279,13 +279,15 @@ class Construct(Request):
 @request
 @dataclass(frozen=True)
 class Forward(Request):
-    """Call ModelNew on the inputs (blobs) and hand back the output at once. `poison`: fill freed memory
+    """Call ModelNew on the inputs (blobs; or, with `draw`, the inputs drawn here from that seed, as the
+    referee drew them) and hand back the output at once. `poison`: fill freed memory
     with NaN bytes first; `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
     buffers under a name, or copy these inputs into buffers kept before and call on those; `reseed`:
     seed the generators before the call (KernelBench); `alias`: report output storage shared with an
     input, parameter or buffer."""
     op: ClassVar[str] = "forward"
     inputs: list[dict[str, Any]]
+    draw: int | None = None
     poison: bool = False
     return_inputs: bool = False
     keep: str | None = None
@@ -309,14 +311,15 @@ class SetState(Request):
 @request
 @dataclass(frozen=True)
 class Observe(Request):
-    """Watch one call on the inputs (blobs): "threads" (threads or processes left running), "repeat" (two
+    """Watch one call on the inputs (blobs, or drawn from `draw` as in Forward): "threads" (threads or
+    processes left running), "repeat" (two
     calls on copies; both outputs as blobs, and whether they share memory), "trace" (own kernels counted,
     ops profiled, GPU kernels with streams), "streams" (the output read in stream order right after the
     call against after a device-wide synchronisation)."""
     op: ClassVar[str] = "observe"
     what: str
     inputs: list[dict[str, Any]]
-    warm: list[dict[str, Any]] | None = None
+    draw: int | None = None
 
 
 # ---- reading the worker's claims ---------------------------------------------------------------------

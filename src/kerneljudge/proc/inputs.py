@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 
 import torch
 
 
 def seed_generators(seed: int, device: torch.device) -> None:
-    """Seed Python's, the CPU's and the device's generators (as torch.manual_seed does for the two torch
-    ones, without its per-call cost of visiting every other accelerator type, about 1 ms a call)."""
+    """Seed Python's, NumPy's (where a problem imported it), the CPU's and the device's generators (as
+    torch.manual_seed does for the two torch ones, without its per-call cost of visiting every other
+    accelerator type, about 1 ms a call)."""
     random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % (1 << 32))
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.default_generators[device.index or 0].manual_seed(seed)

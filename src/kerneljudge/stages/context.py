@@ -54,19 +54,29 @@ class Judging:
     def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True,
              timed: bool = False) -> dict[str, Any]:
         """Inputs from `seed`, drawn by the referee (which keeps the reference's outputs for them unless
-        `expect` is False). `timed`: for a timed output's check, where the worker drew the inputs itself
-        from the seed: nothing is sent back and only the native reference is computed."""
-        request = protocol.MakeInputs(seed, kernelbench, expect, float64=not timed, send=not timed)
-        return self.take(self.referee.call(request), stage)
+        `expect` is False, and its own copy of the inputs). The worker draws the same inputs from the seed
+        itself (proc/inputs.py: no tensor crosses), except under KernelBench's protocol, whose draw is sent.
+        `timed`: for a timed output's check (the worker drew them when timed): only the native reference."""
+        request = protocol.MakeInputs(seed, kernelbench, expect, float64=not timed, send=kernelbench)
+        drawn = self.take(self.referee.call(request), stage)
+        if not kernelbench:
+            drawn.update(inputs=[], draw=seed)
+        return drawn
 
     def forward(self, drawn: dict[str, Any], stage: str, **flags: Any) -> dict[str, Any]:
-        """The candidate on relayed inputs; the worker's reply (its output as data and blobs)."""
-        reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], **flags), drawn["_blobs"]), stage)
+        """The candidate on the drawn inputs; the worker's reply (its output as data and blobs)."""
+        reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], drawn.get("draw"), **flags),
+                                           drawn["_blobs"]), stage)
         if not isinstance(reply.get("output"), dict):
             self.findings.append(Finding.of("tampering", f"{stage}: the worker's reply carried no output description",
                                             stage=stage))
             raise StageEnded()
         return reply
+
+    def observe(self, what: str, drawn: dict[str, Any], stage: str) -> dict[str, Any]:
+        """One call of the candidate on the drawn inputs, watched by the worker (protocol.Observe)."""
+        return self.take(self.worker.call(protocol.Observe(what, drawn["inputs"], drawn.get("draw")),
+                                          drawn["_blobs"]), stage)
 
     def compare(self, seed: int, index: int, reply: dict[str, Any], stage: str, *, rule: str = "strict",
                 inputs: bool = False, keep: bool = False) -> tuple[Trial, list[Finding], int]:

@@ -44,7 +44,7 @@ def probe_op_trace(j: Judging) -> list[Finding]:
     reference = j.take(j.referee.call(protocol.ProfileReference(seed)), STAGE)
     j.info["reference_aliases"] = reference.get("aliases")
     drawn = j.draw(seed, STAGE, expect=False)
-    trace = j.take(j.worker.call(protocol.Observe("trace", drawn["inputs"]), drawn["_blobs"]), STAGE).get("trace")
+    trace = j.observe("trace", drawn, STAGE).get("trace")
     if not isinstance(trace, dict):
         return [Finding.of("tampering", "the worker's op trace was missing", stage=STAGE)]
     own = protocol.strings(trace.get("own_kernels", []), "own_kernels")
@@ -102,7 +102,7 @@ def probe_streams(j: Judging) -> list[Finding]:
             findings.append(Finding.of("side-stream", f"{'; '.join(what)}; caller's stream {caller}; first: "
                                        f"{(early or late)[0][0][:80]}", stage=STAGE))
     drawn = j.draw(_seed(j, "streams"), STAGE, expect=False)
-    seen = j.take(j.worker.call(protocol.Observe("streams", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    seen = j.observe("streams", drawn, STAGE)
     if seen.get("unsynchronized") is not False:
         findings.append(Finding.of("unsynchronized-work", "the output read in the caller's stream order right after "
                                    "the call differs from the output after a device-wide synchronisation", stage=STAGE))
@@ -124,7 +124,7 @@ def probe_threads(j: Judging) -> list[Finding]:
     """Row 8: no thread or process started by the call may outlive it; native thread growth is a warning
     (runtimes start pools lazily, so only the Python-visible ones fail)."""
     drawn = j.draw(_seed(j, "threads"), STAGE, expect=False)
-    seen = j.take(j.worker.call(protocol.Observe("threads", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    seen = j.observe("threads", drawn, STAGE)
     threads = protocol.strings(seen.get("threads", []), "threads")
     children = [int(protocol.number(c, "children", low=0)) for c in seen.get("children", [])]
     if threads or children:
@@ -143,7 +143,7 @@ def probe_repeat(j: Judging) -> list[Finding]:
     """Row 15: two calls on the same values must agree within tolerance (garbage reads, races); the second
     must not return memory the first call's output still holds."""
     drawn = j.draw(_seed(j, "repeat"), STAGE, expect=False)
-    seen = j.take(j.worker.call(protocol.Observe("repeat", drawn["inputs"]), drawn["_blobs"]), STAGE)
+    seen = j.observe("repeat", drawn, STAGE)
     if protocol.flag(seen.get("shared"), "shared"):
         return [Finding.of("output-alias", "the second call returned memory the first call's output still holds: "
                            "each call overwrites the previous result", stage=STAGE)]

@@ -20,7 +20,7 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import machine, memory, tensorwire
-from kerneljudge.proc.inputs import clone_args, seed_generators
+from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -170,9 +170,16 @@ class Worker:
         session.seeding = CallSeeding(request.call_seed, self.device)
         return _reply([])
 
+    def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
+        """A call's inputs: drawn here from the judge's seed (the referee drew the same ones and keeps its own
+        copy: inputs made up here only make this process's output wrong), else as sent."""
+        if request.draw is not None:
+            return make_inputs(self.session.loaded.problem, request.draw, self.device)
+        return tensorwire.unpack_values(request.inputs, blobs, self.device)
+
     def forward(self, request: protocol.Forward, blobs: list) -> Reply:
         session = self.session
-        args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        args = self._inputs(request, blobs)
         blobs.clear()  # the inputs' bytes are not held beside the inputs during the call
         if request.reuse is not None:  # the same buffers, new values
             kept = session.kept[request.reuse]
@@ -229,7 +236,7 @@ class Worker:
 
     def observe(self, request: protocol.Observe, blobs: list) -> Reply:
         session = self.session
-        args = tensorwire.unpack_values(request.inputs, blobs, self.device)
+        args = self._inputs(request, blobs)
         if request.what == "threads":
             return self._threads(args)
         if request.what == "trace":
