@@ -15,10 +15,11 @@ for part in ${PARTS:-build timer seed judge exploits cost served}; do case $part
 build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
   kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
      benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
+hold) step "the stream hold of the watched timed calls"; timeout 60 python benchmarks/streamhold_check.py ;;
 tests) step "the GPU tests (tests/test_gpu.py)"; timeout 300 python -m pytest -q -rA tests/test_gpu.py ;;
 forkserver) step "process start and evaluations with the fork server and afresh"
   timeout 200 python benchmarks/fork_server.py --device cuda --repeats 2 ;;
-probes) step "the probes' GPU cases"; timeout 300 python benchmarks/probes_gpu_check.py ;;
+probes) step "the probes' GPU cases"; timeout 300 python benchmarks/probes_gpu_check.py cuda ${PROBES_ONLY:-} ;;
 mutants) step "the poison mutants (killed only by the GPU tests)"
   timeout 200 python scripts/mutation_check.py --no-baseline --only check-poison-off --only worker-poison-off ;;
 sweep) step "launch-shape sweep of the seed kernels"; timeout 300 python benchmarks/seed_sweep.py ;;
@@ -115,6 +116,11 @@ for a, d in zip(alone, during):
           f"{md:.5f} ms: {100 * (md - ma) / ma:+.2f}%")
 PY
   ;;
+lint) step "problem lint at KernelBench's sizes (issue 19; the problems carried in .kb/)"
+  timeout 240 python benchmarks/problem_lint_gpu.py --kernelbench .kb/kernelbench ;;
+sweep) step "memory sweep at full size (issue 16): the problems that ran out of memory or failed before, then a sample"
+  timeout ${SWEEP_S:-240} python benchmarks/memory_sweep.py --device cuda --kernelbench .kb/kernelbench \
+    --only ${SWEEP_ONLY:-level1/21_,level1/26_,level1/36_,level1/76_,level3/35_} --budget-s ${SWEEP_BUDGET_S:-150} ;;
 level1_1) step "level1/1 (4096x4096 matmul) at full size: the honest rewrite (a problem-error in the last batch run)"
   kj eval l1/1 @pytorch --no-baselines --budget-ms 200 ;;
 esac; done

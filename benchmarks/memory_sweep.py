@@ -92,7 +92,7 @@ def problems(levels: list[int], sample: int | None, only: str | None, kernelbenc
         if sample:
             step = max(1, len(files) // sample)
             files = files[::step][:sample]  # spread over the level, the same sample every time
-        chosen += [p for p in files if not only or only in str(p)]
+        chosen += [p for p in files if not only or any(part in str(p) for part in only.split(","))]
     return chosen
 
 
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,2,3")
     parser.add_argument("--small", action="store_true", help="small sizes (CPU): batch 2, large sizes divided down")
     parser.add_argument("--sample", type=int, default=None, help="this many problems per level, spread evenly")
-    parser.add_argument("--only", default=None, help="problems whose path contains this")
+    parser.add_argument("--only", default=None, help="problems whose path contains this (or one of these, comma-separated)")
     parser.add_argument("--budget-s", type=float, default=400.0, help="start no problem after this many seconds")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")

@@ -3,7 +3,7 @@
 Run from the repository root on a CUDA machine (about 2-3 minutes on an H200, most of it worker starts and
 the shipped CUDA solution's cold build):
 
-    PYTHONPATH=src python benchmarks/probes_gpu_check.py
+    PYTHONPATH=src python benchmarks/probes_gpu_check.py [cuda [LABEL ...]]
 
 Prints candidate, expected, verdict, the failing codes with the stage that found them, the op trace's own
 kernels with their call counts and share of device time, and OK/MISMATCH. Exit code 1 on any MISMATCH.
@@ -43,12 +43,13 @@ CASES = [
 
 def main() -> int:
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"  # "cpu" runs the table's plumbing (not its verdicts)
+    only = set(sys.argv[2:])  # labels to run (default: every case)
     options = Options(device=device, store_path=None,
                       cache_dir=os.environ.get("KERNELJUDGE_CACHE_DIR") or tempfile.mkdtemp(prefix="kj-probes-gpu-")
                       ).replace(timing=TIMING)
     mismatches = 0
     print(f"{'candidate':24} {'expect':6} {'verdict':7} {'s':>5}  failing (stage)  | own kernels: calls, device share")
-    for label, solution, verdict, expected in CASES:
+    for label, solution, verdict, expected in [c for c in CASES if not only or c[0] in only]:
         started = time.perf_counter()
         result = api.evaluate(SEED, solution, options)
         failing = sorted({(f.code, f.stage) for f in result.findings if f.severity in ("fail", "error")})

@@ -44,6 +44,13 @@ def test_rebinding_the_judges_modules_in_the_candidates_process_changes_nothing(
     assert all(type(t.atol) is float for t in result.trials)
 
 
+def test_a_worker_that_draws_inputs_of_its_own_choosing_only_fails_itself(fast):
+    # the worker draws each call's inputs from the seed; this one draws the first inputs every time
+    result = judge(fast, "fixed_inputs")
+    assert result.verdict == "fail" and "wrong-output" in failing(result), [(f.code, f.message) for f in result.findings]
+    assert result.trials[0].passed and not all(t.passed for t in result.trials)  # right on the first draw only
+
+
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     # row 24 on the CPU: claims cut to 1% leave ~5 ms per call unexplained by the judge's clock
     result = judge(fast, "shrunk_times", timing=SHORT_TIMING)
