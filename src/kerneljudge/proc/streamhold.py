@@ -9,7 +9,7 @@ The driver's stream memory operations do this: `cuStreamWaitValue32` makes the s
 pinned host memory reaches a value, and the host writes that value when the call returns. A call that waits
 for its own stream inside `forward` (`.item()`, a synchronisation, in an extension that keeps Python's lock)
 would wait forever, so a second, private stream writes the value too, after `RELEASE_MS` of spinning on the
-device: such a call loses that time, outside its timed interval. Where the driver refuses these operations,
+device: such a call loses that time, outside its timed interval (at most WATCHED_CALLS times). Where the driver refuses these operations,
 `StreamHold.for_device` answers None and the caller waits a fixed time instead.
 """
 
@@ -20,7 +20,7 @@ import ctypes
 import torch
 
 WAIT_VALUE_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: wait until the word >= the value
-RELEASE_MS = 50.0  # the device lifts a hold itself after this long
+RELEASE_MS = 100.0  # the device lifts a hold itself after this long
 
 
 class StreamHold:

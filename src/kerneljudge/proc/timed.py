@@ -120,9 +120,13 @@ class TimedModel:
 
 
 def _spin_cycles_per_ms(device: torch.device) -> float:
-    """How many cycles of `torch.cuda._sleep` the device spins per millisecond (its clock, as it runs now)."""
+    """How many cycles of `torch.cuda._sleep` the device spins per millisecond (its clock, as it runs now).
+    One short spin first: the first launch loads the kernel's module while the events wait (seen on the
+    H200: 7.8 ms for a 1 ms spin, so every wait derived from it was 8 times too short)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.cuda.device(device):
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize(device)
         start.record()
         torch.cuda._sleep(CALIBRATION_SPIN_CYCLES)
         end.record()
