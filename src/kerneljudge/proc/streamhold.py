@@ -2,16 +2,17 @@
 
 Before a watched call (proc/timed.py) the device must not write the call's new inputs until the call has
 returned on the host, however long the host takes to launch it: a candidate that inspects its call stack
-spends milliseconds there, longer than any fixed wait. Work the call puts on another stream without waiting
-for the caller's stream then reads the old inputs, whatever the timing, and its output is wrong.
+spends milliseconds there, longer than a fixed wait (seen on the H200). After the lift the device still
+waits a while (proc/timed.py) for work launched on other streams to run; work that did not wait for the
+caller's stream has then read the old inputs, and its output is wrong.
 
 The driver's stream memory operations do this: `cuStreamWaitValue32` makes the stream wait until a word of
 pinned host memory reaches a value, and the host writes that value when the call returns. A call that waits
 for its own stream inside `forward` (`.item()`, a synchronisation, in an extension that keeps Python's lock)
 would wait forever, so a second, private stream writes the value too, after `RELEASE_MS` of spinning on the
-device: such a call loses that time, outside its timed interval (at most WATCHED_CALLS times). Where the driver refuses these operations,
-`StreamHold.for_device` answers None and the caller waits a fixed time instead.
-"""
+device: such a call loses that time, outside its timed interval (at most WATCHED_CALLS times). Where the
+driver refuses these operations, `StreamHold.for_device` answers None and only the fixed wait is left.
+""""""
 
 from __future__ import annotations
 

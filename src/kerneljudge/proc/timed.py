@@ -82,14 +82,16 @@ class TimedModel:
 
     def _gated(self, watched: set[int], delay_cycles: int) -> Callable[[int], None]:
         """Before a watched call (GPU): the caller's stream is held until the call has returned on the host
-        (proc/streamhold.py; where the driver refuses, the device waits `delay_cycles` instead), then writes
-        the call's new input values. Work the call puts on another stream without waiting for the caller's
-        stream reads the set's old values: its output is then wrong, and the judge checks every watched
-        call's output."""
+        (proc/streamhold.py: however long the host takes to launch it), then waits `delay_cycles` more on
+        the device (for work launched on other streams to run: a multiple of the reference's time), then
+        writes the call's new input values. Work the call puts on another stream without waiting for the
+        caller's stream reads the set's old values: its output is then wrong, and the judge checks every
+        watched call's output."""
         def before(i: int) -> None:
             if i in watched:
-                if self._hold is None or not self._hold.hold():
-                    torch.cuda._sleep(delay_cycles)
+                if self._hold is not None:
+                    self._hold.hold()
+                torch.cuda._sleep(delay_cycles)
                 self._before(i)
         return before
 

@@ -31,9 +31,9 @@ NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
 WATCH_PROBABILITY = 0.0625  # GPU: each timed call's stream order is read with this probability ...
 WATCHED_CALLS = 6  # ... up to this many per measurement (each read is a copy of the output inside its call)
-# Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then writes the
-# call's new inputs. Where the driver cannot hold a stream, the device waits this long instead: a multiple of
-# the reference's time, bounded. A watched batch's time is not the cross-check's (the hold is the judge's).
+# Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
+# long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
+# bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
