@@ -102,6 +102,10 @@ def summary_of(problem: dict) -> str:
     return "; ".join(dict.fromkeys(parts)).replace("|", "/")
 
 
+#: The GPU selection at KernelBench's own sizes (written by hand from benchmarks/problem_lint_gpu.py's output).
+GPU_SECTION = REPO / "benchmarks" / "results" / "problem_lint_gpu_h200.md"
+
+
 def render(data: dict, wall_s: float | None) -> str:
     problems = data["problems"]
     by_level = defaultdict(list)
@@ -195,6 +199,8 @@ def render(data: dict, wall_s: float | None) -> str:
               "- *Redundancy and parameters.* A bias before a normalisation (InstanceNorm, BatchNorm after a "
               "subtraction of the mean) cancels out, so perturbing it leaves the output unchanged: those are "
               "real, and kernels may drop the bias honestly.", ""]
+    if GPU_SECTION.exists():  # benchmarks/problem_lint_gpu.py's figures, kept beside the CPU sweep
+        lines += GPU_SECTION.read_text().splitlines()
     skipped = [p for p in problems if "problem-lint-skipped" in codes(p)]
     lines += ["## Not linted", ""]
     reasons = Counter(next(f["message"] for f in p["findings"] if f["code"] == "problem-lint-skipped")[:160]
