@@ -12,7 +12,7 @@ for its own stream inside `forward` (`.item()`, a synchronisation, in an extensi
 would wait forever, so a second, private stream writes the value too, after `RELEASE_MS` of spinning on the
 device: such a call loses that time, outside its timed interval (at most WATCHED_CALLS times). Where the
 driver refuses these operations, `StreamHold.for_device` answers None and only the fixed wait is left.
-""""""
+"""
 
 from __future__ import annotations
 
