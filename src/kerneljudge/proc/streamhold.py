@@ -11,7 +11,8 @@ pinned host memory reaches a value, and the host writes that value when the call
 for its own stream inside `forward` (`.item()`, a synchronisation, in an extension that keeps Python's lock)
 would wait forever, so a second, private stream writes the value too, after `RELEASE_MS` of spinning on the
 device: such a call loses that time, outside its timed interval (at most WATCHED_CALLS times). Where the
-driver refuses these operations, `StreamHold.for_device` answers None and only the fixed wait is left.
+driver lacks or refuses these operations, only the fixed wait is left. Each hold costs its batch RELEASE_MS
+of wall time (the batch's device-wide synchronisation waits for the watchdog's spin), outside every timed interval.
 """
 
 from __future__ import annotations
@@ -40,17 +41,12 @@ class StreamHold:
 
     @classmethod
     def for_device(cls, device: torch.device, spin_cycles_per_ms: float) -> "StreamHold | None":
-        """A hold for `device`, tried once (held and lifted); None where the driver refuses it."""
+        """A hold for `device`; None without the driver's stream memory operations (and `hold` answers False
+        where the driver refuses them)."""
         try:
-            hold = cls(device, ctypes.CDLL("libcuda.so.1"), spin_cycles_per_ms)
+            return cls(device, ctypes.CDLL("libcuda.so.1"), spin_cycles_per_ms)
         except (OSError, AttributeError):
             return None
-        with torch.cuda.device(device):
-            if not hold.hold():
-                return None
-            hold.lift()
-            torch.cuda.synchronize(device)
-        return hold
 
     def hold(self) -> bool:
         """Make the current stream wait here until `lift` (or RELEASE_MS); False if the driver refused."""

@@ -49,8 +49,8 @@ class TimedModel:
         else:
             self.timer = timing.HostTimer(clock_ns, flush=timing.CpuCacheFlusher())
         self._pending_refills: dict[int, int] = {}
-        self._spin_cycles_per_ms = _spin_cycles_per_ms(device) if device.type == "cuda" else 0.0
-        self._hold = StreamHold.for_device(device, self._spin_cycles_per_ms) if device.type == "cuda" else None
+        self._spin_cycles_per_ms = 0.0  # GPU: measured at the first watched batch (the worker's), with the hold
+        self._hold: StreamHold | None = None
 
     def describe(self, call: bool) -> dict[str, Any]:
         """How many input sets fit; with `call`, one untimed call for the bytes it reads and writes."""
@@ -80,13 +80,18 @@ class TimedModel:
                 if isinstance(buffer, torch.Tensor):
                     buffer.copy_(fresh)
 
-    def _gated(self, watched: set[int], delay_cycles: int) -> Callable[[int], None]:
+    def _gated(self, watched: set[int], delay_ms: float) -> Callable[[int], None]:
         """Before a watched call (GPU): the caller's stream is held until the call has returned on the host
-        (proc/streamhold.py: however long the host takes to launch it), then waits `delay_cycles` more on
-        the device (for work launched on other streams to run: a multiple of the reference's time), then
+        (proc/streamhold.py: however long the host takes to launch it), then waits `delay_ms` more on the
+        device (for work launched on other streams to run: a multiple of the reference's time), then
         writes the call's new input values. Work the call puts on another stream without waiting for the
         caller's stream reads the set's old values: its output is then wrong, and the judge checks every
         watched call's output."""
+        if not self._spin_cycles_per_ms:
+            self._spin_cycles_per_ms = _spin_cycles_per_ms(self.device)
+            self._hold = StreamHold.for_device(self.device, self._spin_cycles_per_ms)
+        delay_cycles = int(delay_ms * self._spin_cycles_per_ms)
+
         def before(i: int) -> None:
             if i in watched:
                 if self._hold is not None:
@@ -105,7 +110,7 @@ class TimedModel:
         calls = [timing.IterationCall(self._one, first + k) for k in range(count)]
         on_gpu = self.device.type == "cuda"
         watched = set(watched) & set(refills) if on_gpu else set()
-        gate = self._gated(watched, int(watch_delay_ms * self._spin_cycles_per_ms))
+        gate = self._gated(watched, watch_delay_ms) if watched else None
         with torch.inference_mode():
             samples = []
             step = getattr(self.timer, "batch", 1)
