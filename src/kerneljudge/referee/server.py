@@ -209,6 +209,7 @@ class Referee:
                 model = torch.compile(session.reference)
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
+        self.timed = None  # the last model's input sets and outputs go before the next one's are drawn
         self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem,
                                 self.device, request.set_seeds,
                                 request.method, _clock_ns)

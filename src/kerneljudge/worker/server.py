@@ -311,6 +311,7 @@ class Worker:
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
         self.watch = TimedWatch(self.device)
+        self.timed = None  # the last model's input sets and outputs go before the next one's are drawn
         call = lambda args: session.candidate(*args)  # noqa: E731
         if session.seeding is not None:
             call = session.seeding.timed(call)
