@@ -46,7 +46,7 @@ def test_rebinding_the_judges_modules_in_the_candidates_process_changes_nothing(
 
 def test_a_worker_that_draws_inputs_of_its_own_choosing_only_fails_itself(fast):
     # the worker draws each call's inputs from the seed; this one draws the first inputs every time
-    result = judge(fast, "fixed_inputs")
+    result = judge(fast, "fixed_inputs", check={"trials": 3}, probes=False)
     assert result.verdict == "fail" and "wrong-output" in failing(result), [(f.code, f.message) for f in result.findings]
     assert result.trials[0].passed and not all(t.passed for t in result.trials)  # right on the first draw only
 
