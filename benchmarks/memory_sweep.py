@@ -105,6 +105,7 @@ def row(problem: Path, result, wall_s: float, overrides) -> dict:
             "message": message[:200], "judge_peak_bytes": memory.get("judge_peak_bytes"),
             "footprint_bytes": footprint, "ratio": memory.get("peak_over_footprint"),
             "float64": (memory.get("reference") or {}).get("float64"), "wall_s": round(wall_s, 1),
+            "stage_peaks": memory.get("stages"),  # where the peak came from (stages/memory.mark_stage)
             "sizes": " ".join(f"{k}={v}" for k, v in overrides)}
 
 

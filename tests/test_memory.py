@@ -108,6 +108,19 @@ def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
     assert all(t.compared_to == "float64" for t in result.trials)
 
 
+def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast):
+    """On the CPU a stage's figure is the resident set's high-water mark at its end: it never falls from
+    one stage to the next, and the last is the process's peak."""
+    result = api.evaluate("level2/51", "@pytorch", fast, timing={"enabled": True, "budget_ms": 20, "baselines": False})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    stages = result.memory["stages"]
+    assert list(stages) == ["check", "probes", "timing"]
+    for process in ("referee", "worker"):
+        marks = [stages[stage][process] for stage in stages]
+        assert all(mark > 0 for mark in marks) and marks == sorted(marks), (process, marks)
+        assert marks[-1] <= result.memory[process]["rss_peak_bytes"]
+
+
 def test_a_model_mixing_rows_is_not_chunked(fast, tmp_path):
     """x - x.mean(0): rows depend on each other, so rows alone differ from the full run: native truth."""
     problem = problem_file(tmp_path, "centred", "x - x.mean(0, keepdim=True)", sizes="batch_size = 64\ndim = 16384")

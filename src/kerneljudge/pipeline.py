@@ -200,21 +200,22 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 if reply.get("build"):
                     run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
                 judging.take(reply, "build")
-            with run.stage("check", f"{options.check.trials} correctness trials", worker, referee):
+            with _judged_stage(run, judging, "check", f"{options.check.trials} correctness trials"):
                 if not _check(run, judging, problem_data, seed):
                     return
             if options.probes:
-                with run.stage("probes", "integrity probes", worker, referee):
+                with _judged_stage(run, judging, "probes", "integrity probes"):
                     probe.run_probes(judging, seed)
                     run.probe_info = dict(judging.info)
                     if _blocked(judging):
                         return
             if options.hidden_recheck:
-                with run.stage("hidden-recheck", "trials on secret seeds", worker, referee):
+                with _judged_stage(run, judging, "hidden-recheck", "trials on secret seeds"):
                     if not _hidden_recheck(run, judging, seed):
                         return
             if options.timing.enabled and not run.failed and not _failed(judging):
-                with _timing_lock(run, worker), run.stage("timing", "timing the candidate and the baselines", worker, referee):
+                with _timing_lock(run, worker), _judged_stage(run, judging, "timing",
+                                                              "timing the candidate and the baselines"):
                     device_key = cache.key(run.device, run.versions)
                     problem_key = cache.key(problem.sha256, problem.constants, device_key,
                                             dataclasses.asdict(options.timing))
@@ -231,6 +232,15 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
             run.output_tail = worker.output_tail() or None
         if pool is not None:
             pool.fill(worker_options)  # the next worker starts now, not during this evaluation's measurements
+
+
+@contextmanager
+def _judged_stage(run: Run, judging: Judging, name: str, doing: str):
+    """A stage that runs the candidate and the reference: timed, and each process's memory peak in it
+    recorded when it ends normally (stages/memory.mark_stage)."""
+    with run.stage(name, doing, judging.worker, judging.referee):
+        yield
+    memory_stage.mark_stage(judging, run.memory, name)
 
 
 def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:

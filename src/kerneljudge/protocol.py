@@ -97,8 +97,10 @@ class ExportOutput(Request):
 @dataclass(frozen=True)
 class MemoryReport(Request):
     """This process's memory peaks (resident set, and the GPU allocator's), the device's total; the
-    referee adds the problem's footprint and how its float64 reference was computed."""
+    referee adds the problem's footprint and how its float64 reference was computed. With `stage`: only
+    the peak in the stage just ended (proc/memory.stage_peak_bytes), as stage_peak_bytes."""
     op: ClassVar[str] = "memory"
+    stage: str | None = None
 
 
 # ---- the referee -------------------------------------------------------------------------------------

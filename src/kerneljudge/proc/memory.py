@@ -47,15 +47,36 @@ def device_free_bytes(device: torch.device) -> int:
     return int(fields["MemAvailable"].split()[0]) * 1024
 
 
-_cuda_peak_before_reset = 0  # the allocator's peak is reset to measure one call; the process's is kept here
+# The allocator's peak is reset to measure one call; the process's peak, and the peak since the last stage
+# mark, are kept here across resets.
+_cuda_peak_before_reset = 0
+_cuda_stage_peak = 0
+
+
+def _fold_cuda_peak(device: torch.device) -> None:
+    global _cuda_peak_before_reset, _cuda_stage_peak
+    peak = int(torch.cuda.max_memory_allocated(device))
+    _cuda_peak_before_reset = max(_cuda_peak_before_reset, peak)
+    _cuda_stage_peak = max(_cuda_stage_peak, peak)
+    torch.cuda.reset_peak_memory_stats(device)
 
 
 def cuda_call_start(device: torch.device) -> int:
     """Before measuring one call's peak on a GPU: the bytes allocated now (the process's peak is kept)."""
-    global _cuda_peak_before_reset
-    _cuda_peak_before_reset = max(_cuda_peak_before_reset, int(torch.cuda.max_memory_allocated(device)))
-    torch.cuda.reset_peak_memory_stats(device)
+    _fold_cuda_peak(device)
     return int(torch.cuda.memory_allocated(device))
+
+
+def stage_peak_bytes(device: torch.device) -> int:
+    """At a stage's end: on a GPU the allocator's peak since the last stage's end (then a new mark); on a
+    CPU the resident set's high-water mark so far (it cannot be reset: the stage that raised it shows as
+    the step from the stage before)."""
+    if device.type != "cuda":
+        return rss_peak_bytes()
+    global _cuda_stage_peak
+    _fold_cuda_peak(device)
+    peak, _cuda_stage_peak = _cuda_stage_peak, int(torch.cuda.memory_allocated(device))
+    return peak
 
 
 def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:

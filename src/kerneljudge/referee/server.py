@@ -237,6 +237,8 @@ class Referee:
                 "device_total_bytes": memory.device_total_bytes(self.device)}, []
 
     def memory_report(self, request: protocol.MemoryReport, blobs: list) -> Reply:
+        if request.stage is not None:
+            return {"stage_peak_bytes": memory.stage_peak_bytes(self.device)}, []
         data = {**memory.peaks(self.device, self.baseline_rss_bytes),
                 "device_total_bytes": memory.device_total_bytes(self.device)}
         if self.session is not None:

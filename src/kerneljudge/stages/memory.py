@@ -65,6 +65,20 @@ def report(j: Judging, block: dict[str, Any]) -> None:
     block.update(_ratios(block))
 
 
+def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
+    """Each process's peak in `stage`, just ended, into block["stages"] (GPU: the allocator's peak during the
+    stage; CPU: the resident set's high-water mark at its end), so a peak can be traced to its stage."""
+    peaks = {}
+    for name, process in (("referee", j.referee), ("worker", j.worker)):
+        try:
+            reply = process.call(protocol.MemoryReport(stage=stage))
+        except WorkerFailure:
+            continue
+        if type(reply.get("stage_peak_bytes")) is int:  # the worker's is a claim: a number only
+            peaks[name] = reply["stage_peak_bytes"]
+    block.setdefault("stages", {})[stage] = peaks
+
+
 def _ratios(block: dict[str, Any]) -> dict[str, Any]:
     """The judge's peak (both processes; on a GPU the allocator's peaks, on a CPU the resident sets above
     their baselines) and its multiple of the footprint."""

@@ -337,6 +337,8 @@ class Worker:
                       unjoined=self.watch.unjoined(self.timed.outputs))
 
     def memory_report(self, request: protocol.MemoryReport, blobs: list) -> Reply:
+        if request.stage is not None:
+            return _reply([], stage_peak_bytes=memory.stage_peak_bytes(self.device))
         return _reply([], **memory.peaks(self.device, self.baseline_rss_bytes))
 
     def export_output(self, request: protocol.ExportOutput, blobs: list) -> Reply:
