@@ -118,7 +118,7 @@ PY
   ;;
 lint) step "problem lint at KernelBench's sizes (issue 19; the problems carried in .kb/)"
   timeout 240 python benchmarks/problem_lint_gpu.py --kernelbench .kb/kernelbench ;;
-memsweep) step "memory sweep at full size (issue 16): the problems that ran out of memory or failed before, then a sample"
+memsweep) step "memory sweep at full size (issue 16): the problems that ran out of memory or failed before (SWEEP_ONLY)"
   timeout ${SWEEP_S:-240} python benchmarks/memory_sweep.py --device cuda --kernelbench .kb/kernelbench \
     --only ${SWEEP_ONLY:-level1/21_,level1/26_,level1/36_,level1/76_,level3/35_} --budget-s ${SWEEP_BUDGET_S:-150} ;;
 level1_1) step "level1/1 (4096x4096 matmul) at full size: the honest rewrite (a problem-error in the last batch run)"

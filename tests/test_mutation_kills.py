@@ -9,6 +9,10 @@ beside an eager time that agrees. All but the last are real evaluations (worker 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conftest import CANDIDATES, SEED, codes
@@ -223,3 +227,12 @@ def test_a_value_cached_from_a_buffer_is_stale_after_each_kind_of_change(fast):
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
     assert set(stale) == {"in-place", "replace", "state-dict"}  # a buffer is replaced by a new tensor too
     assert stale["in-place"].details["parameters"] == ["scale"] and "scale changed alone" in stale["in-place"].message
+
+
+def test_every_mutants_snippet_is_still_in_the_source():
+    """A change to the judge that moves a mutated line leaves its mutant unappliable: the script refuses
+    then (as `--list` does here), and this says so in CI, not at the next full mutation run."""
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "mutation_check.py"), "--list"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "timed-mismatch-ignored" in done.stdout
