@@ -47,15 +47,23 @@ def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, An
         raise StageEnded()
 
 
-def report(j: Judging, block: dict[str, Any]) -> None:
-    """Into the memory `block`: each process's peaks, the problem's footprint, the device's total, the ratio."""
+def _ask_both(j: Judging, request: protocol.MemoryReport) -> dict[str, dict[str, Any]]:
+    """The referee's and the worker's replies to `request`, by name; a process that died or answered with
+    an error has none (it has no peaks to tell; its failure is already a finding)."""
+    replies = {}
     for name, process in (("referee", j.referee), ("worker", j.worker)):
         try:
-            reply = process.call(protocol.MemoryReport())
+            reply = process.call(request)
         except WorkerFailure:
-            continue  # a process that died has no peaks to tell; its failure is already a finding
-        if reply.get("error"):
             continue
+        if not reply.get("error"):
+            replies[name] = reply
+    return replies
+
+
+def report(j: Judging, block: dict[str, Any]) -> None:
+    """Into the memory `block`: each process's peaks, the problem's footprint, the device's total, the ratio."""
+    for name, reply in _ask_both(j, protocol.MemoryReport()).items():
         block["device_total_bytes"] = reply.pop("device_total_bytes", block.get("device_total_bytes"))
         for key in ("footprint", "reference"):
             if key in reply:
@@ -68,15 +76,9 @@ def report(j: Judging, block: dict[str, Any]) -> None:
 def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
     """Each process's peak in `stage`, just ended, into block["stages"] (GPU: the allocator's peak during the
     stage; CPU: the resident set's high-water mark at its end), so a peak can be traced to its stage."""
-    peaks = {}
-    for name, process in (("referee", j.referee), ("worker", j.worker)):
-        try:
-            reply = process.call(protocol.MemoryReport(stage=stage))
-        except WorkerFailure:
-            continue
-        if type(reply.get("stage_peak_bytes")) is int:  # the worker's is a claim: a number only
-            peaks[name] = reply["stage_peak_bytes"]
-    block.setdefault("stages", {})[stage] = peaks
+    block.setdefault("stages", {})[stage] = {  # the worker's is a claim: a number only
+        name: reply["stage_peak_bytes"] for name, reply in _ask_both(j, protocol.MemoryReport(stage=stage)).items()
+        if type(reply.get("stage_peak_bytes")) is int}
 
 
 def _ratios(block: dict[str, Any]) -> dict[str, Any]:
