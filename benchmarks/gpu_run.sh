@@ -15,6 +15,7 @@ for part in ${PARTS:-build timer seed judge exploits cost served}; do case $part
 build) step "build the shipped CUDA solution and the seed kernels in parallel (cold cache)"
   kj build src/kerneljudge/suite/solutions/level2/51_*/cuda.py benchmarks/seed/seed_percall.py \
      benchmarks/seed/seed_cached.py tests/candidates/gpu/illegal_address.py -j 4 ;;
+side) step "the side-stream-while-timed attack, every finding in full"; timeout 200 python benchmarks/side_stream_check.py ;;
 hold) step "the stream hold of the watched timed calls"; timeout 60 python benchmarks/streamhold_check.py ;;
 tests) step "the GPU tests (tests/test_gpu.py)"; timeout 300 python -m pytest -q -rA tests/test_gpu.py ;;
 forkserver) step "process start and evaluations with the fork server and afresh"

@@ -27,9 +27,10 @@ TIMING = {"enabled": True, "baselines": False, "min_runs": 200, "max_runs": 200,
           "min_time_ms": 0.0, "budget_ms": 1e7}
 SHIPPED = suite.shipped_solutions(suite.find_builtin(SEED).name)
 
-# (label, solution, expected verdict, failing codes that must be among the findings)
+# (label, solution, expected verdict, failing codes: one of them at least must be among the findings)
 CASES = [
-    ("side_stream_when_timed", CANDIDATES / "gpu" / "side_stream_when_timed.py", "fail", {"timed-output-mismatch"}),
+    ("side_stream_when_timed", CANDIDATES / "gpu" / "side_stream_when_timed.py", "fail",
+     {"timed-output-mismatch", "unsynchronized-work"}),  # either watched-call finding (the H200 shows the second)
     ("side_stream", CANDIDATES / "gpu" / "side_stream.py", "fail", {"side-stream"}),
     ("side_stream_joined", CANDIDATES / "gpu" / "side_stream_joined.py", "pass", set()),
     ("partial_cache_key", CANDIDATES / "probes" / "partial_cache_key.py", "fail", {"stale-parameters"}),
@@ -54,7 +55,7 @@ def main() -> int:
         result = api.evaluate(SEED, solution, options)
         failing = sorted({(f.code, f.stage) for f in result.findings if f.severity in ("fail", "error")})
         codes = {code for code, _ in failing}
-        ok = result.verdict == verdict and expected <= codes and (verdict == "fail" or not codes)
+        ok = result.verdict == verdict and (not expected or expected & codes) and (verdict == "fail" or not codes)
         mismatches += not ok
         trace = (result.probes or {}).get("op_trace", {})
         own = ", ".join(f"{k}: {v}" for k, v in trace.get("own_calls", {}).items())
