@@ -66,7 +66,7 @@ def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(f
     result = judge(fast, "confirm_aware", timing=SHORT_TIMING)
     assert result.verdict == "fail"
     assert "timing-tampering" in failing(result), result.timing and result.timing["cross_check"]
-    assert result.timing["cross_check"]["paired_excess_ms"] > 3.0
+    assert result.timing["cross_check"]["paired_excess_ms"] > 12.0  # most of the hidden 19.8 ms per call shows
 
 
 def test_the_same_slow_candidate_with_honest_times_passes(fast):

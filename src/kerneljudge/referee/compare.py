@@ -11,6 +11,7 @@ fp16 reductions), the candidate is held to the native reference instead and an i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 
@@ -46,6 +47,25 @@ def as_tensors(out) -> list | None:
     if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
         return list(out)
     return None
+
+
+def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """(first flat index, [the same block of each tensor in float64]) over equally sized tensors, CLOSE_BLOCK
+    elements at a time, on the first one's device: every elementwise pass of the referee over an output
+    goes through here, so its float64 temporaries stay bounded whatever the output's size (the memory plan:
+    a whole 6.4 GB float32 output would otherwise take 12.8 GB per temporary)."""
+    flats = [t.detach().reshape(-1) for t in tensors]
+    device = flats[0].device
+    block = CLOSE_BLOCK.get(device.type, CLOSE_BLOCK["cpu"])
+    for begin in range(0, flats[0].numel(), block):
+        yield begin, [f[begin:begin + block].to(device).double() for f in flats]
+
+
+def rms(tensors: list[torch.Tensor]) -> float:
+    """Root mean square of all the tensors' elements, accumulated in float64 block by block."""
+    count = sum(t.numel() for t in tensors)
+    squares = sum(float((b * b).sum()) for t in tensors for _, (b,) in float64_blocks(t))
+    return (squares / max(count, 1)) ** 0.5
 
 
 @dataclass(frozen=True)
@@ -161,15 +181,11 @@ def _mismatch_message(mismatched: int, count: int, atol: float, rtol: float, max
 
 def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> tuple[bool, int, dict]:
     """Elementwise tolerance check in float64 with NaN/Inf handled: where the truth is not finite,
-    the output must equal it (NaN where NaN). Done in blocks of CLOSE_BLOCK elements, so the float64
-    temporaries stay bounded whatever the output's size (the referee's memory plan)."""
-    o_flat, t_flat = out.detach().reshape(-1), truth.detach().reshape(-1).to(out.device)
-    n = o_flat.numel()
+    the output must equal it (NaN where NaN). Done block by block (`float64_blocks`)."""
+    n = out.numel()
     total = {"bad": 0, "nonfinite": 0, "max_abs": 0.0, "argmax": 0, "sum_abs": 0.0, "max_rel": 0.0}
     worst: list[dict] = []
-    block = CLOSE_BLOCK.get(out.device.type, CLOSE_BLOCK["cpu"])
-    for begin in range(0, n, block):
-        o, t = o_flat[begin:begin + block].double(), t_flat[begin:begin + block].double()
+    for begin, (o, t) in float64_blocks(out, truth):
         finite = torch.isfinite(t)
         diff = torch.where(finite, (o - t).abs(), torch.zeros_like(t))
         bad_finite = finite & ~(diff <= atol + rtol * t.abs())  # NaN diff counts as bad
@@ -228,7 +244,7 @@ def unwritten(received: Received, ref_out) -> int:
     count = 0
     for o, r in zip(received.tensors, refs):
         if o is not None and o.shape == r.shape and o.is_floating_point():
-            count += int((torch.isnan(o) & ~torch.isnan(r)).sum())
+            count += sum(int((torch.isnan(x) & ~torch.isnan(y)).sum()) for _, (x, y) in float64_blocks(o, r))
     return count
 
 
@@ -242,7 +258,8 @@ def pair_difference(first: Received, second: Received, atol: float | None, rtol:
         if a.shape != b.shape:
             return "shapes differ"
         at, rt = tolerance(a, atol, rtol)
-        if not torch.allclose(a.double(), b.double(), atol=at, rtol=rt, equal_nan=True):
-            diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item()
-            return f"max difference {diff:.3g}"
+        misses = [float((x - y).abs().nan_to_num(float("inf")).max()) for _, (x, y) in float64_blocks(a, b)
+                  if not torch.allclose(x, y, atol=at, rtol=rt, equal_nan=True)]
+        if misses:
+            return f"max difference {max(misses):.3g}"
     return None

@@ -20,12 +20,15 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge.proc import memory
-from kerneljudge.proc.inputs import clone_args, upcast
+from kerneljudge.proc.inputs import clone_args
+from kerneljudge.referee.compare import float64_blocks
 
 BUDGET_SHARE = 0.25  # of the memory free after the native reference ran: the rest is the worker's and the comparison's
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
+SEPARABLE_SAMPLE_ROWS = 32  # rows in that secret sample (at most a chunk's): rows that depend on others show in a few
 MAX_CHUNKS = 1 << 12
 CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked
+SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
 
 
 def measure_start(device: torch.device) -> int:
@@ -114,6 +117,17 @@ class Float64Plan:
             return None
 
 
+    def sample(self, inputs: list) -> list:
+        """`inputs`, or where the float64 reference runs in chunks (its rows verified separable) their first
+        rows, a quarter of a chunk's worth: for a float64 pass that only looks at values (the range
+        probes' plan), which holds about four copies of its inputs at once (the upcast, the call's own
+        copy, a transform's two temporaries) and would otherwise take twice the budget the chunks keep to."""
+        if self.chunks == 1 or not self.split:
+            return inputs
+        count = max(1, math.ceil(_batch(inputs) / (SAMPLE_SHARE * self.chunks)))
+        return _rows(inputs, torch.arange(count), self.split)
+
+
 def _upcast_copy(inputs: list) -> list:
     """Float64 copies of the inputs, made in one step (not a copy then an upcast: a third of the memory)."""
     return [a.to(torch.float64, copy=True) if isinstance(a, torch.Tensor) and a.is_floating_point()
@@ -137,8 +151,9 @@ def _batch(inputs: list) -> int | None:
 
 
 def _rows(inputs: list, index: torch.Tensor, split: tuple[bool, ...]) -> list:
-    """The inputs restricted to the rows `index` where `split` says so (the others whole)."""
-    return [a.index_select(0, index.to(a.device)) if cut else a for a, cut in zip(inputs, split)]
+    """Copies of the inputs, restricted to the rows `index` where `split` says so (the others whole): the
+    reference may change its arguments, and the kept inputs are the candidate's."""
+    return [a.index_select(0, index.to(a.device)) if cut else clone_args([a])[0] for a, cut in zip(inputs, split)]
 
 
 def _splits(inputs: list, batch: int) -> list[tuple[bool, ...]]:
@@ -159,12 +174,12 @@ def _out_rows(out, index: torch.Tensor) -> list | None:
 
 def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> tuple[bool, ...]:
     """The first split (`_splits`) under which the rows are separable, checked on a secret sample of rows
-    (a chunk's worth): the native reference run on them alone gives the same rows as the full run. Empty
+    (SEPARABLE_SAMPLE_ROWS, compared block by block: its float64 copies stay small): the native reference run on them alone gives the same rows as the full run. Empty
     when none is (a run that raises on the rows, a shape that does not fit, is not separable)."""
     batch = _batch(inputs)
     if batch is None or batch < 2:
         return ()
-    count = max(1, min(batch - 1, math.ceil(batch / chunks)))
+    count = max(1, min(batch - 1, math.ceil(batch / chunks), SEPARABLE_SAMPLE_ROWS))
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     index = torch.randperm(batch, generator=generator)[:count].sort().values
     want = _out_rows(expected, index)
@@ -173,12 +188,12 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
         return ()
     for split in _splits(inputs, batch):
         try:
-            got = _out_rows(native(_rows(clone_args(inputs), index, split)), torch.arange(count))
+            got = _out_rows(native(_rows(inputs, index, split)), torch.arange(count))
         except Exception:  # noqa: BLE001 - these rows alone do not make a valid call: not this split
             continue
         if got is not None and len(got) == len(want) and all(
-                g.shape == w.shape and torch.allclose(g.double(), w.double(), rtol=SEPARABLE_TOLERANCE,
-                                                      atol=SEPARABLE_TOLERANCE, equal_nan=True)
+                g.shape == w.shape and all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE,
+                                                          equal_nan=True) for _, (x, y) in float64_blocks(g, w))
                 for g, w in zip(got, want)):
             return split
     return ()
@@ -193,9 +208,9 @@ def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, 
                          device=t.device) for t in natives]
     step = math.ceil(batch / chunks)
     for begin in range(0, batch, step):
-        index = torch.arange(begin, min(batch, begin + step))
-        out = run64(upcast(_rows(inputs, index, split)))
+        count = min(step, batch - begin)  # the chunk's rows are upcast from views: no float32 copy of them first
+        out = run64(_upcast_copy([a.narrow(0, begin, count) if cut else a for a, cut in zip(inputs, split)]))
         for whole, part in zip(truth, [out] if isinstance(out, torch.Tensor) else list(out)):
-            whole[begin:begin + len(index)].copy_(part)
+            whole[begin:begin + count].copy_(part)
         del out
     return truth[0] if isinstance(expected, torch.Tensor) else tuple(truth)

@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc.inputs import clone_args, upcast
-from kerneljudge.referee.compare import as_tensors
+from kerneljudge.referee.compare import as_tensors, float64_blocks, rms
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
 CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "silu": (-6.0, 6.0),
@@ -107,12 +107,7 @@ def _covered(model: torch.nn.Module, args: list) -> tuple[dict[str, set[int]], f
     outs = [o for o in (as_tensors(out) or []) if o.is_floating_point()]
     if any(not bool(torch.isfinite(o).all()) for o in outs):
         return None
-    return recorder.bins, _rms(outs)
-
-
-def _rms(tensors: list) -> float:
-    count = sum(t.numel() for t in tensors)
-    return (sum(float((t.double() * t.double()).sum()) for t in tensors) / max(count, 1)) ** 0.5
+    return recorder.bins, rms(outs)
 
 
 def _candidates(model64: torch.nn.Module, args: list, seed: int) -> list[Transform]:
@@ -195,10 +190,10 @@ def tolerance(expected, expected64, atol: float, rtol: float) -> tuple[float, fl
     if any(not bool(torch.isfinite(t).all()) for t in truths):
         return atol, rtol, "the float64 reference overflows (non-finite values)"
     count = sum(t.numel() for t in truths)
-    rms = _rms(truths)
-    atol = atol * max(1.0, rms)
-    missed = sum(int((~((n.double() - t).abs() <= atol + rtol * t.abs())).sum())
-                 for n, t in zip([n for n in natives if n.is_floating_point()], truths))
+    atol = atol * max(1.0, rms(truths))
+    missed = sum(int((~((n - t).abs() <= atol + rtol * t.abs())).sum())
+                 for native, truth in zip([n for n in natives if n.is_floating_point()], truths)
+                 for _, (n, t) in float64_blocks(native, truth))
     if missed:
         return atol, rtol, (f"ill-conditioned: the reference at its own precision misses the tolerance against "
                             f"float64 on {missed} of {count} elements")

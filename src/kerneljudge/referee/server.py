@@ -131,7 +131,9 @@ class Referee:
         findings: list[Finding] = []
         try:
             received = self._received(request.output, blobs)
-            after = (tensorwire.unpack_values(request.inputs_after, blobs, self.device)
+            # the inputs after the call stay in host memory: compared block by block (same_bits), they need no
+            # second device copy of the inputs beside the kept ones
+            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"))
                      if request.inputs_after is not None else None)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:
@@ -174,7 +176,7 @@ class Referee:
 
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
         session = self.session
-        inputs = session.draw(request.seed, expect=False)
+        inputs = session.plan.sample(session.draw(request.seed, expect=False))
         # no range probes where the float64 reference does not run (the plan gave up on it, e.g. a forward
         # that builds float32 tensors itself), nor where it fails on the probe's own draws
         model64 = session.reference64 if session.plan.usable else None

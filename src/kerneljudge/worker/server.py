@@ -20,7 +20,7 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import machine, memory, tensorwire
-from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators
+from kerneljudge.proc.inputs import equal_bits, make_inputs, seed_generators
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -235,30 +235,39 @@ class Worker:
         return _reply([])
 
     def observe(self, request: protocol.Observe, blobs: list) -> Reply:
+        """One watched call (or two) of the candidate. Each call gets its own inputs, drawn right before it
+        (`draw`), so no copy of the inputs is kept beside a call: the probes' memory stays that of a call."""
         session = self.session
-        args = self._inputs(request, blobs)
+
+        def draw() -> list:
+            return self._inputs(request, blobs)
+
         if request.what == "threads":
-            return self._threads(args)
+            return self._threads(draw)
         if request.what == "trace":
+            args = draw()
             traced = guarded(lambda: optrace.trace(session, args, self.guard.clock_ns), stage="probe", code="forward-error",
                              what="ModelNew.forward (probe op-trace)", source_file=self._source())
             if traced.failure:
                 return _reply([traced.failure.finding], poisoned=traced.failure.poisoned)
             return _reply([], trace=traced.value)
         if request.what == "repeat":
-            return self._repeat(args)
+            return self._repeat(draw)
         if request.what == "streams":
-            return self._streams(args)
+            return self._streams(draw)
         raise ValueError(f"nothing to observe as {request.what!r}")
 
-    def _threads(self, args: list) -> Reply:
+    def _threads(self, draw: Callable[[], list]) -> Reply:
         """Threads or processes the call started that are still running after it returned."""
         import psutil
 
         me = psutil.Process()
-        warm = self._call(clone_args(args), "ModelNew.forward (probe threads)", "probe")  # runtime pools start here
+        warm_args = draw()  # kept while the next draw is made: the two calls never share an address
+        warm = self._call(warm_args, "ModelNew.forward (probe threads)", "probe")  # runtime pools start here
         if warm.failure:
             return _reply([warm.failure.finding], poisoned=warm.failure.poisoned)
+        del warm  # its output goes before the watched call
+        args = draw()
         threads_before, native_before = set(threading.enumerate()), me.num_threads()
         children_before = {c.pid for c in me.children(recursive=True)}
         called = self._call(args, "ModelNew.forward (probe threads)", "probe")
@@ -268,13 +277,15 @@ class Worker:
                       children=[c.pid for c in me.children(recursive=True) if c.pid not in children_before],
                       native_growth=me.num_threads() - native_before)
 
-    def _repeat(self, args: list) -> Reply:
-        """Two calls on separate copies of the same values, both outputs handed back, and whether the second
-        returned memory the first still holds."""
-        first_args, second_args = clone_args(args), clone_args(args)
+    def _repeat(self, draw: Callable[[], list]) -> Reply:
+        """Two calls on separate draws of the same values (at different addresses: the first's is kept), both
+        outputs handed back, and whether the second returned memory the first still holds. The second draw
+        is made before the free memory is poisoned."""
+        first_args = draw()
         first = self._call(first_args, "ModelNew.forward (probe repeat)", "probe")
         if first.failure:
             return _reply([first.failure.finding], poisoned=first.failure.poisoned)
+        second_args = draw()
         first_meta, first_blobs = tensorwire.describe_output(first.value)
         poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
@@ -288,15 +299,16 @@ class Worker:
                      for a in tensorwire.tensors_of(first.value) for b in tensorwire.tensors_of(second.value))
         return _reply([], blobs=first_blobs + second_blobs, first=first_meta, second=second_meta, shared=shared)
 
-    def _streams(self, args: list) -> Reply:
+    def _streams(self, draw: Callable[[], list]) -> Reply:
         """The output read in the caller's stream order right after the call, against after a device-wide
         synchronisation (unjoined work on another stream makes them differ)."""
+        args = draw()
         torch.cuda.synchronize(self.device)
         torch.cuda._sleep(HOLD_CYCLES)  # hold the caller's stream: unordered work shows up as a race
 
         def call():
             with torch.inference_mode():
-                out = self.session.candidate(*clone_args(args))
+                out = self.session.candidate(*args)
             return out, [t.clone() for t in tensorwire.tensors_of(out)]  # copies in the caller's stream order
 
         called = guarded(call, stage="probe", code="forward-error", what="ModelNew.forward (probe streams)",
@@ -305,7 +317,7 @@ class Worker:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
         out, seen = called.value
         torch.cuda.synchronize(self.device)
-        differs = any(not torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(seen, tensorwire.tensors_of(out)))
+        differs = any(not equal_bits(a, b) for a, b in zip(seen, tensorwire.tensors_of(out)))
         return _reply([], unsynchronized=differs)
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kerneljudge.proc import tensorwire
+from kerneljudge.proc.inputs import equal_bits
 
 
 class TimedWatch:
@@ -45,5 +46,4 @@ class TimedWatch:
     def unjoined(self, outputs: dict[int, Any]) -> list[int]:
         """After the batch's synchronisation: the chosen calls whose output changed after the call returned."""
         return sorted(i for i, seen in self.reads.items()
-                      if any(not torch.equal(a.nan_to_num(), b.nan_to_num())
-                             for a, b in zip(seen, tensorwire.tensors_of(outputs.get(i)))))
+                      if any(not equal_bits(a, b) for a, b in zip(seen, tensorwire.tensors_of(outputs.get(i)))))
