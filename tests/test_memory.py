@@ -31,6 +31,9 @@ LSTM_SMALL = (("batch_size", "2"), ("sequence_length", "8"), ("input_size", "16"
 # 3.0 (worker: inputs, poisoned block, output, the bytes handed back).
 REFEREE_MULTIPLE = 5.0
 WORKER_MULTIPLE = 3.5
+# the probes' peak over the check's, in footprints, float64 in chunks (measured at 32 MB: referee 0-0.46,
+# worker 1.05-1.06; before the range plan's sample and the probes' own draws: 2.16 and 1.56)
+PROBES_GROWTH = {"referee": 1.0, "worker": 1.3}
 
 
 def honest(problem: Path, folder: Path) -> Path:
@@ -160,6 +163,23 @@ def test_memory_grows_with_the_footprint_by_the_stated_multiple(fast, tmp_path):
     assert f1 - f0 == 48 << 20
     assert (r1 - r0) / (f1 - f0) <= REFEREE_MULTIPLE, points
     assert (w1 - w0) / (f1 - f0) <= WORKER_MULTIPLE, points
+
+
+@needs_kernelbench
+def test_the_probes_need_little_more_memory_than_the_check(fast, tmp_path):
+    """A 32 MB elementwise problem whose float64 reference runs in chunks (a 16 MB budget forces them): the
+    probes' float64 passes that only look at values (the range plan) run on a sample of rows, and the
+    worker's probe calls draw their own inputs instead of copying them, so neither process's resident-set
+    peak grows much past the check's."""
+    relu = KERNELBENCH / "level1" / "19_ReLU.py"
+    result = api.evaluate(relu, honest(relu, tmp_path), fast, overrides=(("batch_size", "8"), ("dim", str(1 << 20))),
+                          check={"trials": 2, "float64_budget_mb": 16})
+    assert result.verdict == "pass", result.findings
+    memory = result.memory
+    assert memory["reference"]["float64"] == "chunked", memory["reference"]
+    footprint = memory["footprint"]["total_bytes"]
+    growth = {p: (memory["stages"]["probes"][p] - memory["stages"]["check"][p]) / footprint for p in ("referee", "worker")}
+    assert all(growth[p] <= PROBES_GROWTH[p] for p in growth), growth
 
 
 @needs_kernelbench

@@ -22,8 +22,8 @@ STAGE = "check"
 WORST_SHOWN = 5  # elements listed on a failing trial, the message names the first WORST_IN_MESSAGE
 WORST_IN_MESSAGE = 3
 # Elements compared at once, whatever the output's size: a block's float64 temporaries (about 15 alive
-# at once) stay near 30 MB on a CPU and 250 MB on a GPU, where larger blocks keep launches fewer (2 GB
-# blocks made a 4096x4096 matmul's judge peak 10 times its 201 MB footprint on the H200).
+# at once) stay near 30 MB on a CPU and 250 MB on a GPU, where larger blocks keep launches fewer (a
+# 16M-element block's 2 GB was ten times the footprint of a 4096x4096 matmul).
 CLOSE_BLOCK = {"cpu": 1 << 18, "cuda": 1 << 21}
 
 
