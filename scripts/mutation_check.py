@@ -81,7 +81,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "passed = True",
              (_k(KILLS, "copies_no_state"),)),
     Mutation("compare-pair-always-agrees", "referee/compare.py",
-             'return f"max difference {diff:.3g}"', "return None",
+             'return f"max difference {max(misses):.3g}"', "return None",
              (_k(INTEGRITY, "drifting_with_a_call_counter"),)),
     Mutation("perturb-in-place-noop", "referee/session.py",
              "t.mul_(_uniform(t, generator, 0.5, 1.5))", "t.mul_(1.0)",
