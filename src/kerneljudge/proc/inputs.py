@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+EQUAL_BLOCK_BYTES = 64 << 20  # `equal_bits` compares this many bytes at once
+
 
 def seed_generators(seed: int, device: torch.device) -> None:
     """Seed Python's, NumPy's (where a problem imported it), the CPU's and the device's generators (as
@@ -34,9 +36,6 @@ def make_inputs(problem, seed: int, device: torch.device) -> list:
     with torch.device(device):
         args = list(problem.get_inputs())
     return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
-
-
-EQUAL_BLOCK_BYTES = 64 << 20  # `equal_bits` compares this many bytes at once
 
 
 def clone_args(args: list) -> list:

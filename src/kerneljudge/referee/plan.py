@@ -116,7 +116,6 @@ class Float64Plan:
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
             return None
 
-
     def sample(self, inputs: list) -> list:
         """`inputs`, or where the float64 reference runs in chunks (its rows verified separable) their first
         rows, a quarter of a chunk's worth: for a float64 pass that only looks at values (the range
@@ -174,8 +173,9 @@ def _out_rows(out, index: torch.Tensor) -> list | None:
 
 def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> tuple[bool, ...]:
     """The first split (`_splits`) under which the rows are separable, checked on a secret sample of rows
-    (SEPARABLE_SAMPLE_ROWS, compared block by block: its float64 copies stay small): the native reference run on them alone gives the same rows as the full run. Empty
-    when none is (a run that raises on the rows, a shape that does not fit, is not separable)."""
+    (SEPARABLE_SAMPLE_ROWS, compared block by block, so its float64 copies stay small): the native reference
+    run on them alone gives the same rows as the full run. Empty when none is (a run that raises on the
+    rows, a shape that does not fit, is not separable)."""
     batch = _batch(inputs)
     if batch is None or batch < 2:
         return ()
