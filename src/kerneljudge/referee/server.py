@@ -166,7 +166,7 @@ class Referee:
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
         names = perturb(self.session.reference, request.seed, request.names, replace=request.replace,
                         device=self.device)
-        self.session.refresh64()
+        self.session.refresh64(names)
         names, tensors = self.session.state(names)
         meta, state_blobs = tensorwire.pack_values(tensors)
         return {"names": names, "state": meta}, state_blobs
