@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,79 +32,21 @@ def cache_dir(tmp_path_factory) -> Path:
     return Path(shared) if shared else tmp_path_factory.mktemp("kj-cache")
 
 
-class CppBuild:
+@pytest.fixture(scope="session")
+def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
     """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, in a subprocess:
     tests/candidates/isolation/cpp_ext.py (its extension source is shared by the probe candidates),
-    cpp_broken.py (a compile error) and level1/19's shipped C++ solution. Their only cold builds: the tests
-    that evaluate them use this cache (a cold build of torch's headers takes ~20 s of one core).
-
-    Started as soon as the collected tests are known to need it (pytest_collection_finish), at the lowest
-    CPU priority (nice 19): it compiles on what the tests before the first one that needs it leave of the
-    two cores (most tests keep one busy: the judge waits while its worker runs), and has the machine to
-    itself once a test waits for it (`cpp_built`). The suite's order: test_batch.py and test_cli.py run
-    beside it (65 s instead of 95 s for the two files on the 2-core VM)."""
-
-    def __init__(self, folder: Path):
-        isolation = CANDIDATES / "isolation"
-        self.folder, self.cache = folder, folder / "cache"
-        self.started = time.monotonic()
-        self.ended: float | None = None
-        with open(folder / "stdout", "w") as stdout, open(folder / "stderr", "w") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
-                 str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
-                 "--cache-dir", str(self.cache)], stdout=stdout, stderr=stderr,
-                env={**os.environ, "COLUMNS": "1000"}, preexec_fn=lambda: os.nice(19))
-        self.waiter = threading.Thread(target=self._wait, daemon=True)
-        self.waiter.start()
-
-    def _wait(self) -> None:
-        self.process.wait()
-        self.ended = time.monotonic()
-
-    def result(self) -> tuple[Path, subprocess.CompletedProcess, float]:
-        """(cache folder, how it ended, seconds it ran); waits for it."""
-        self.waiter.join(timeout=600)
-        if self.ended is None:
-            self.stop()
-            pytest.fail("`kerneljudge build` of the suite's C++ sources did not end within 10 minutes")
-        done = subprocess.CompletedProcess(self.process.args, self.process.returncode,
-                                           (self.folder / "stdout").read_text(), (self.folder / "stderr").read_text())
-        return self.cache, done, self.ended - self.started
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-_CPP_BUILD = pytest.StashKey[CppBuild]()
-
-
-def _cpp_build(config: pytest.Config) -> CppBuild:
-    if _CPP_BUILD not in config.stash:
-        config.stash[_CPP_BUILD] = CppBuild(Path(tempfile.mkdtemp(prefix="kj-build-")))
-    return config.stash[_CPP_BUILD]
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the C++ build now when a collected test needs it (`cpp_built`), so it overlaps the tests before."""
-    if not session.config.option.collectonly and any(
-            "cpp_built" in getattr(item, "fixturenames", ()) for item in session.items):
-        _cpp_build(session.config)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    build = session.config.stash.get(_CPP_BUILD, None)
-    if build is not None:
-        build.stop()
-        shutil.rmtree(build.folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def cpp_built(pytestconfig) -> tuple[Path, subprocess.CompletedProcess, float]:
-    """The session's C++ build (CppBuild), waited for: (cache folder, how it ended, seconds it ran)."""
-    return _cpp_build(pytestconfig).result()
+    cpp_broken.py (a compile error) and level1/19's shipped C++ solution. (cache folder, how it ended,
+    seconds). Their only cold builds: the tests that evaluate them use this cache (a cold build of torch's
+    headers takes ~20 s of one core; three at once use both of the CI's cores)."""
+    cache = tmp_path_factory.mktemp("kj-build-cache")
+    isolation = CANDIDATES / "isolation"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
+                           str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
+                           "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "1000"})
+    return cache, done, time.monotonic() - started
 
 
 @pytest.fixture
