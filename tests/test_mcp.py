@@ -21,10 +21,12 @@ from scaled_relu import GOOD, PROBLEM, WRONG  # noqa: E402
 
 
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path, cache_dir):
+    """The problem file and the server's options, with the session's cache (a timing on a fresh cache
+    measures the copy bandwidth in full first)."""
     problem = tmp_path / "prob.py"
     problem.write_text(PROBLEM)
-    options = Options(device="cpu", store_path=None, cache_dir=tmp_path / "cache").replace(
+    options = Options(device="cpu", store_path=None, cache_dir=cache_dir).replace(
         check={"trials": 2}, timing={"min_time_ms": 5.0, "min_runs": 3, "warmup_runs": 1, "compile_baseline": False})
     return problem, options
 

@@ -4,11 +4,12 @@ forged by candidate code is tampering."""
 
 from __future__ import annotations
 
+import io
 import os
 import pty
-import subprocess
-import sys
 import threading
+from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
 
 from conftest import CANDIDATES, SEED, codes, parse_json
 from kerneljudge import api
@@ -52,23 +53,19 @@ def test_worker_messages_are_bounded_printable_text_with_integer_counts():
         "timing (1/2): candidate"
 
 
-def run_cli(args: list[str], env: dict, *, stderr_tty: bool) -> tuple[int, str, str]:
-    """The CLI with stdout piped and stderr on a pseudo-terminal (or piped)."""
-    if not stderr_tty:
-        done = subprocess.run([sys.executable, "-m", "kerneljudge", *args], capture_output=True, text=True, env=env,
-                              timeout=300)
-        return done.returncode, done.stdout, done.stderr
+def run_on_terminal(args: list[str], env: dict) -> tuple[int, str, str]:
+    """The CLI in this process (its evaluations share the suite's fork server, as `kj`'s do) with stdout
+    captured and stderr on a pseudo-terminal: what it writes there is read from the terminal's other end."""
+    from kerneljudge.cli import main
+
     master, slave = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "kerneljudge", *args], stdout=subprocess.PIPE, stderr=slave,
-                               env={**env, "COLUMNS": "120"})
-    os.close(slave)
     chunks: list[bytes] = []
 
     def drain() -> None:
         while True:
             try:
                 data = os.read(master, 4096)
-            except OSError:  # the terminal closed: the process exited
+            except OSError:  # the terminal closed: the command ended
                 return
             if not data:
                 return
@@ -76,22 +73,30 @@ def run_cli(args: list[str], env: dict, *, stderr_tty: bool) -> tuple[int, str, 
 
     reader = threading.Thread(target=drain)
     reader.start()
-    out = process.communicate(timeout=300)[0].decode()
-    reader.join(timeout=30)
-    os.close(master)
-    return process.returncode, out, b"".join(chunks).decode(errors="replace")
+    out = io.StringIO()
+    try:
+        with open(slave, "w", encoding="utf-8", buffering=1) as terminal, \
+                mock.patch.dict(os.environ, {**env, "COLUMNS": "120"}), redirect_stdout(out), redirect_stderr(terminal):
+            try:
+                main.main(args, prog_name="kerneljudge", standalone_mode=False)
+                rc = 0
+            except SystemExit as ended:
+                rc = ended.code
+    finally:
+        reader.join(timeout=30)
+        os.close(master)
+    return rc, out.getvalue(), b"".join(chunks).decode(errors="replace")
 
 
-def test_progress_is_shown_on_a_terminal_only(cache_dir, tmp_path):
-    env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
-           "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
+def test_progress_is_shown_on_a_terminal_only(cache_dir, tmp_path, kj):
+    env = {"KERNELJUDGE_CACHE_DIR": str(cache_dir), "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
     args = ["eval", SEED, "--device", "cpu", "--no-store", "--no-baselines", "--budget-ms", "100"]
-    rc, out, err = run_cli(args, env, stderr_tty=True)
-    assert rc == 0 and "PASS" in out
+    rc, out, err = run_on_terminal(args, env)
+    assert rc == 0 and "PASS" in out, (out, err)
     assert "worker: starting the worker" in err and "timing (1/" in err and "check: 5 correctness trials" in err
-    rc, out, err = run_cli(args, env, stderr_tty=False)
+    rc, out, err = kj(*args)  # stderr piped
     assert rc == 0 and "PASS" in out, out  # the report names any finding that failed it
     assert "starting the worker" not in err and "timing (1/" not in err
-    rc, out, err = run_cli([*args, "--json"], env, stderr_tty=True)
+    rc, out, err = run_on_terminal([*args, "--json"], env)
     assert rc == 0 and parse_json(out)["verdict"] == "pass"
     assert "starting the worker" not in err and "timing (1/" not in err

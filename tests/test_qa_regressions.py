@@ -81,13 +81,14 @@ def test_a_poisoned_bandwidth_cache_fails_no_later_honest_candidate(fast, tmp_pa
     assert api.evaluate(RELU, "@pytorch", options).verdict == "pass"  # the figure is measured and cached
     entries = list((tmp_path / "bandwidth").glob("*.json"))
     assert entries
-    for poison in (1e-6, 0.2):  # absurd, then plausible but 50x too low for this machine
-        for entry in entries:
-            entry.write_text(json.dumps({"gbps": poison}))
-        result = api.evaluate(RELU, "@pytorch", options)
-        assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
-        assert result.timing["floor"]["bandwidth_gbps"] > 0.2
-        assert all(json.loads(entry.read_text())["gbps"] > 0.2 for entry in entries)
+    # plausible but 50x too low for this machine (the absurd 1e-6 of the report: test_sandbox.py,
+    # test_a_cached_bandwidth_out_of_range_is_measured_again)
+    for entry in entries:
+        entry.write_text(json.dumps({"gbps": 0.2}))
+    result = api.evaluate(RELU, "@pytorch", options)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+    assert result.timing["floor"]["bandwidth_gbps"] > 0.2
+    assert all(json.loads(entry.read_text())["gbps"] > 0.2 for entry in entries)
 
 
 # Outputs were compared as flat lists of tensors: a candidate returning [tensor] for a tensor passed.

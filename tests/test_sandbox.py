@@ -226,6 +226,7 @@ def test_a_cached_bandwidth_out_of_range_is_measured_again(fast, tmp_path):
     [entry] = (tmp_path / "bandwidth").glob("*.json")
     entry.write_text(json.dumps({"gbps": 1e-6}))
     second = evaluate(SEED, GOOD, options)
+    assert second.verdict == "pass", [f.message for f in second.findings if f.severity in ("fail", "error")]
     assert second.timing["floor"]["bandwidth"] == "remeasured" and "impossible-speed" not in codes(second)
     assert second.timing["floor"]["bandwidth_gbps"] > 1e-3
     assert json.loads(entry.read_text())["gbps"] != 1e-6

@@ -38,8 +38,7 @@ def start_server(socket_path: Path, log_path: Path, cwd: Path) -> subprocess.Pop
     return server
 
 
-@pytest.fixture
-def server(tmp_path):
+def serving(tmp_path: Path):
     folder = tmp_path / "run"
     folder.mkdir()
     socket_path = tmp_path / "sock" / "judge.sock"
@@ -50,6 +49,19 @@ def server(tmp_path):
         process.wait(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server for the tests that only ask it to evaluate (each counts its own evaluations): it
+    outlives every candidate they send it."""
+    yield from serving(tmp_path_factory.mktemp("server"))
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A server for one test only (it stops it)."""
+    yield from serving(tmp_path)
+
+
 def evaluations(socket_path: Path) -> int:
     return daemon.server_status(socket_path)["evaluations"]
 
@@ -57,6 +69,7 @@ def evaluations(socket_path: Path) -> int:
 def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
     process, socket_path, log, _ = server
     env = {"KERNELJUDGE_SOCKET": str(socket_path)}
+    before, logged = evaluations(socket_path), log.read_text().count("check ")
     relative = os.path.relpath(GOOD)  # the server runs in another folder: the client makes paths absolute
     rc, out, err = kj("check", SEED, relative, "--device", "cpu", "--json", env=env)
     assert rc == 0 and parse_json(out)["verdict"] == "pass", err
@@ -64,8 +77,8 @@ def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
     assert rc == 2 and "worker-crashed" in codes(parse_json(out))
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", env=env)  # the human report
     assert rc == 0 and "PASS" in out and "evaluated by `kerneljudge serve`" in err
-    assert evaluations(socket_path) == 3
-    assert log.read_text().count("check ") == 3
+    assert evaluations(socket_path) == before + 3
+    assert log.read_text().count("check ") == logged + 3
     # a usage error comes back as the same message a local evaluation gives
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--preset", "nope", env=env)
     _, _, local_err = kj("check", SEED, str(GOOD), "--device", "cpu", "--preset", "nope", "--no-server",
@@ -73,26 +86,21 @@ def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
     assert rc == 2 and "nope" in err and err == local_err
     # --no-server evaluates here
     rc, out, _ = kj("check", SEED, str(GOOD), "--device", "cpu", "--json", "--no-server", env=env)
-    assert rc == 0 and evaluations(socket_path) == 3
+    assert rc == 0 and evaluations(socket_path) == before + 3
 
 
 def test_a_client_with_another_environment_evaluates_itself(kj, server):
     _, socket_path, _, _ = server
+    before = evaluations(socket_path)
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json",
                       env={"KERNELJUDGE_SOCKET": str(socket_path), "CUDA_VISIBLE_DEVICES": "7"})
     assert rc == 0 and parse_json(out)["verdict"] == "pass"
     assert "another $CUDA_VISIBLE_DEVICES" in err and "evaluating in this process" in err
-    assert evaluations(socket_path) == 0
+    assert evaluations(socket_path) == before
 
 
-def test_the_server_stops_cleanly_and_a_stale_socket_is_harmless(kj, server, tmp_path):
-    process, socket_path, log, _ = server
-    rc, _, err = kj("serve", "--socket", str(socket_path))
-    assert rc == 2 and "already listens" in err
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0 and not socket_path.exists()
-
-    killed = start_server(socket_path, tmp_path / "killed.log", tmp_path)
+def test_the_server_stops_cleanly_and_a_stale_socket_is_harmless(kj, own_server, tmp_path):
+    killed, socket_path, _, _ = own_server
     killed.kill()
     killed.wait()
     assert socket_path.exists()  # left behind by a server that died
@@ -100,8 +108,15 @@ def test_the_server_stops_cleanly_and_a_stale_socket_is_harmless(kj, server, tmp
                     env={"KERNELJUDGE_SOCKET": str(socket_path)})
     assert rc == 0 and parse_json(out)["verdict"] == "pass"  # evaluated here
     again = start_server(socket_path, tmp_path / "again.log", tmp_path)  # replaces the stale socket
-    again.terminate()
-    assert again.wait(timeout=30) == 0
+    try:
+        rc, _, err = kj("serve", "--socket", str(socket_path))
+        assert rc == 2 and "already listens" in err
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(timeout=30) == 0 and not socket_path.exists()
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()
 
 
 def test_a_socket_folder_open_to_others_is_never_used(kj, tmp_path):
@@ -126,23 +141,25 @@ def test_paths_mean_what_they_mean_to_the_client(kj, server):
     _, socket_path, _, server_folder = server
     (server_folder / "only_there.py").write_text(GOOD.read_text())
     env = {"KERNELJUDGE_SOCKET": str(socket_path)}
+    before = evaluations(socket_path)
     rc, out, _ = kj("check", SEED, "only_there.py", "--device", "cpu", "--json", env=env)
     _, local, _ = kj("check", SEED, "only_there.py", "--device", "cpu", "--json", "--no-server", env=env)
     served = parse_json(out)
     assert rc == 2 and "candidate-invalid" in codes(served) and codes(served) == codes(parse_json(local))
     message = next(f["message"] for f in served["findings"] if f["code"] == "candidate-invalid")
-    assert str(Path.cwd() / "only_there.py") in message and evaluations(socket_path) == 1
+    assert str(Path.cwd() / "only_there.py") in message and evaluations(socket_path) == before + 1
 
 
 def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
     _, socket_path, log, folder = server
+    before = evaluations(socket_path)
     for raw in (b"\x00\x00\x00\x02[]", b"\x00\x00\x00\x05{nope", b"\x00\x00"):  # not an object, not JSON, cut
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(socket_path))
             client.sendall(raw)
             client.shutdown(socket.SHUT_WR)
             client.recv(1024)
-    assert daemon.server_status(socket_path)["evaluations"] == 0  # still serving
+    assert evaluations(socket_path) == before  # still serving
     env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite"),
            "KERNELJUDGE_SANDBOX_OFF": "mount"}  # the client's options: hang.py writes outside its folder
     slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
@@ -154,7 +171,7 @@ def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", "--json", env={"KERNELJUDGE_SOCKET": str(socket_path)})
     assert rc == 0 and parse_json(out)["verdict"] == "pass" and "waiting for the judge server" in err
     assert codes(parse_json(slow.communicate(timeout=60)[0])) >= {"timeout"}
-    assert evaluations(socket_path) == 2
+    assert evaluations(socket_path) == before + 2
 
 
 def test_serve_never_replaces_a_file_that_is_not_a_socket(kj, tmp_path):
