@@ -80,7 +80,10 @@ def test_tanh_gelu_fails_once_the_argument_covers_the_curved_range(fast):
     """Exact enough where get_inputs() and the initial parameters put GELU's argument, not over [-4, 4]."""
     result = judge(fast, "tanh_gelu")
     assert all(t.passed for t in result.trials), explain(result)  # the default draw does not see it
-    assert result.verdict == "fail" and failing(result) == {"range-mismatch"}, explain(result)
+    # the range probes fail it; the parameter probes' changes (drawn from the run's secret seed) sometimes
+    # move GELU's argument far enough too, and say so as `stale-parameters`
+    assert result.verdict == "fail" and "range-mismatch" in failing(result), explain(result)
+    assert failing(result) <= {"range-mismatch", "stale-parameters"}, explain(result)
     ranges = result.probes["ranges"]
     assert ranges["sites"]["gelu#0"]["probed"] >= 0.75 > ranges["sites"]["gelu#0"]["default"]
 
