@@ -186,12 +186,12 @@ class Sampler:
     """Samples, every 0.25 s: whether candidates were built and waiting, how many lanes were judging, and
     the GPU's utilisation (nvidia-smi) when available."""
 
-    def __init__(self, lanes: int):
+    def __init__(self, lanes: int, smi: bool):
         self.lanes = lanes
         self.status = None
         self.samples: list[tuple[bool, set[str], list[float]]] = []
         self.done = threading.Event()
-        self.smi = shutil.which("nvidia-smi")
+        self.smi = shutil.which("nvidia-smi") if smi else None
 
     def on_change(self, status) -> None:
         self.status = status
@@ -226,6 +226,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--pytorch-only", action="store_true", help="leave the CUDA candidates out (a CPU smoke run)")
     parser.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated subset of the problems")
+    parser.add_argument("--gpu-util", action="store_true", help="also sample the GPU's utilisation with nvidia-smi "
+                        "every 0.25 s (it disturbs the timings it watches: see docs/benchmarks.md)")
+    parser.add_argument("--stop-after-s", type=float, default=None, help="stop taking results after this long "
+                        "(the totals then cover the candidates finished by then; a device call's limit)")
     parser.add_argument("--save", type=Path, default=None, help="write each candidate's id, verdict, codes and lane "
                         "here (JSON lines), to compare two runs")
     args = parser.parse_args()
@@ -244,7 +248,7 @@ def main() -> None:
     started = time.monotonic()
     with local_batch(entries, options, lanes=args.lanes, lanes_per_gpu=args.lanes_per_gpu) as batch:
         lanes = len(batch.scheduler.backend.lanes())
-        sampler = Sampler(lanes)
+        sampler = Sampler(lanes, smi=args.gpu_util)
         batch.scheduler.on_change = sampler.on_change
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()
@@ -254,6 +258,10 @@ def main() -> None:
             print(f"{time.monotonic() - started:7.1f} s  {finished.job.id:34} {kinds[finished.job.id]:30} "
                   f"{line['verdict']:5} {','.join(line['codes'][:3])[:40]:40} build {finished.build_ms / 1e3:6.1f} s "
                   f"judge {finished.judge_ms / 1e3:6.1f} s wait {finished.waited_ms / 1e3:6.1f} s", flush=True)
+            if args.stop_after_s and time.monotonic() - started > args.stop_after_s:
+                print(f"stopped after {time.monotonic() - started:.0f} s: {len(rows)} of {len(entries)} candidates "
+                      "finished; the totals below cover those", flush=True)
+                break
         sampler.done.set()
         wall_s = time.monotonic() - started
     build_s = sum(f.build_ms for f, _, _ in rows) / 1e3
@@ -282,8 +290,13 @@ def main() -> None:
     if args.save:
         with args.save.open("w") as saved:
             for finished, line, _ in rows:
+                blocking = [{"code": f.code, "message": f.message, "details": f.details}
+                            for f in finished.result.findings if f.severity in ("fail", "error")]
+                timing_json = (finished.result.timing or {})
                 saved.write(json.dumps({"id": finished.job.id, "verdict": line["verdict"], "codes": line["codes"],
-                                        "lane": finished.lane}) + "\n")
+                                        "lane": finished.lane, "findings": blocking,
+                                        "cross_check": timing_json.get("cross_check") or (timing_json.get("candidate") or {}).get("cross_check"),
+                                        "stage_ms": finished.result.stage_ms}, default=str) + "\n")
     judged = [(f, s) for f, _, s in rows if f.lane is not None]
     if judged:
         print(f"judged on a lane: {len(judged)}; mean judge {sum(f.judge_ms for f, _ in judged) / len(judged) / 1e3:.2f} s "
