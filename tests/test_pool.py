@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 from conftest import CANDIDATES, SEED
 
 from kerneljudge import api, protocol
@@ -42,3 +45,39 @@ def test_evaluations_through_a_pool_never_share_a_process(fast):
         results = [api.check(SEED, path, fast, pool=pool) for path in (crash, good, good)]
     assert [r.verdict for r in results] == ["error", "pass", "pass"]
     assert results[0].findings and any(f.code == "worker-crashed" for f in results[0].findings)
+
+
+def test_settle_waits_for_the_spares_to_answer_and_drops_a_dead_one(fast):
+    options = fast.worker_options()
+    with WorkerPool() as pool:
+        pool.fill(options)
+        spare, referee = pool.ready[WORKER][0], pool.ready[REFEREE][0]
+        os.kill(referee.process.pid, signal.SIGKILL)
+        referee.process.wait(timeout=10)
+        pool.settle()
+        assert pool.ready[WORKER] == [spare] and pool.ready[REFEREE] == []  # the dead one is gone
+        assert spare.process.poll() is None  # the live one answered and is still the spare handed out next
+        assert pool.take(options) is spare
+
+
+def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeypatch):
+    """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
+    beside the timing inflated the candidate's host time per call (H200). The lane settles them first."""
+    from kerneljudge.batch.backend import Job
+    from kerneljudge.batch.gate import DeviceGate
+    from kerneljudge.batch.local import LocalLane
+
+    lane = LocalLane("cpu:0", "cpu", DeviceGate(), {})
+    lane.prestart = True  # as on a GPU lane
+    stages: list[str] = []
+    settled: list[tuple[str, int]] = []
+    monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
+    options = fast.replace(timing={"enabled": True, "budget_ms": 20.0, "baselines": False}, probes=False)
+    job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=options, key="k")
+    try:
+        result = lane.judge(job, lambda event: stages.append(event.stage))
+    finally:
+        lane.close()
+    assert result.verdict == "pass" and result.timing
+    assert settled == [("probes" if "probes" in stages else "check", 1)]  # once, with the spare started, before timing
+    assert stages.index("timing") > stages.index("build")

@@ -365,13 +365,46 @@ def test_a_fork_bomb_is_bounded_and_its_processes_die(attack):
     """The cap stops the bomb far from the 2000 forks it tries; the evaluation ends (the worker, left without
     a task to spare, may fail its next step, but is never left to the timeout); nothing of it remains."""
     ours = f"kerneljudge-{os.getpid()}-*"  # this test process's cgroups (a spare of another test may hold one)
-    before = set(sandbox.Cgroup._base().glob(ours)) if "cgroup" in HERE.active else set()
+    before = set(sandbox.Cgroup._base("pids").glob(ours)) if "cgroup" in HERE.active else set()
     result, said = attack("bomb", max_processes=48)
     forks = int(said[0])
     assert 0 < forks < 48
     assert "timeout" not in codes(result)
     if "cgroup" in result.sandbox["active"]:
-        assert not set(sandbox.Cgroup._base().glob(ours)) - before, "the cgroup outlived it"
+        assert not set(sandbox.Cgroup._base("pids").glob(ours)) - before, "the cgroup outlived it"
+
+
+@needs("memory")
+def test_the_memory_cgroup_caps_processes_together_and_counts_the_kills(tmp_path):
+    """The mechanism alone: a process that joins a 256 MiB memory cgroup (as the launcher does) and writes
+    512 MiB is killed by the kernel, and the cgroup counts it."""
+    group = sandbox.Cgroup.create(None, 256 << 20)
+    assert group is not None and group.memory is not None and group.pids is None
+    try:
+        hog = ("import os, sys; open(os.path.join(sys.argv[1], 'cgroup.procs'), 'w').write(str(os.getpid())); "
+               "block = bytearray(b'x') * (512 << 20); print('held')")
+        done = subprocess.run([sys.executable, "-c", hog, str(group.memory)], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == -9 and "held" not in done.stdout, (done.returncode, done.stderr[-300:])
+        assert group.oom_kills() >= 1
+    finally:
+        group.remove()
+    assert not group.memory.exists()
+
+
+@needs("memory")
+def test_children_over_the_memory_limit_together_are_killed_and_said(attack):
+    """Each child writes 600 MiB, under the 1500 MiB address-space limit every process has on a CPU run, but
+    three of them and the worker together are over the same limit for the worker's processes together:
+    the kernel kills some, the evaluation goes on, and the result says so."""
+    result, said = attack("hog", memory_limit_mb=1500)
+    assert "memory" in result.sandbox["active"]
+    assert int(said[0]) < 3  # never all three held their memory at once
+    kills = [f for f in result.findings if f.code == "memory-limit"]
+    assert kills and kills[0].details["kills"] >= 1 and "1500 MiB" in kills[0].message, codes(result)
+    assert result.verdict == "pass"  # the worker itself went on: its outputs are still right
+    unbounded, said = attack("hog", memory_limit_mb=1500, sandbox_off=("memory",))  # the control
+    assert said == ["3"] and "memory-limit" not in codes(unbounded)
 
 
 def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, cpp_built):

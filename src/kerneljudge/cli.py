@@ -60,7 +60,8 @@ COMMON_OPTIONS = (
     click.option("--timeout", "timeout_s", type=float, default=WorkerOptions.timeout_s,
                  show_default=True, help="Seconds for the whole worker, build included."),
     click.option("--memory-limit-mb", type=int, default=None,
-                 help="Worker memory limit on CPU runs (default: 75% of RAM)."),
+                 help="Memory limit of each judge process on CPU runs, and of the worker's processes together "
+                      "wherever a memory cgroup can be made (default: 75% of RAM)."),
     click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP),
     click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
     click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),

@@ -176,6 +176,9 @@ def _specs() -> dict[str, Spec]:
         Spec("sandbox-breach", "fail", "The candidate's process changed files of the judge's package",
              "Write only in the worker's own folder (the current directory, $TMPDIR): the judge's package and its "
              "results store are not the candidate's to change.", catalog_row=26),
+        Spec("memory-limit", "warn", "The kernel killed processes the candidate started, at the worker's memory limit",
+             "The worker's processes together may use --memory-limit-mb (default: 75% of RAM); start fewer or "
+             "smaller ones."),
         Spec("store-changed", "warn", "The results store changed while the candidate's process ran",
              "Nothing to fix if another evaluation recorded into the same store meanwhile; else the candidate "
              "wrote it (possible only without the sandbox's read-only view: see `kerneljudge doctor`).",

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from kerneljudge import channel, judgeimports, protocol, sandbox, spawn
 from kerneljudge.proc.lifeline import PARENT
-from kerneljudge.options import Options, WorkerOptions
+from kerneljudge.options import Options, WorkerOptions, memory_limit_bytes
 from kerneljudge.sandbox.launch import SETUP_FAILED
 from kerneljudge.records import Finding
 
@@ -69,6 +69,7 @@ class WorkerProcess:
         self.watch: sandbox.Watch | None = None
         self.cgroup: sandbox.Cgroup | None = None
         self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
+        self.oom_kills = 0  # the worker's processes the kernel killed at its memory cgroup's limit
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -109,11 +110,17 @@ class WorkerProcess:
         options = self.options
         sandbox.undumpable()
         self.sandbox = sandbox.detect(tuple(sorted(options.sandbox_off)))
-        if sandbox.CGROUP in self.sandbox.active:
-            self.cgroup = sandbox.Cgroup.create(options.max_processes)
-            if self.cgroup is None:
-                self.sandbox = sandbox.Layers(tuple(n for n in self.sandbox.active if n != sandbox.CGROUP),
-                                              {**self.sandbox.inactive, sandbox.CGROUP: "could not be made now"})
+        active = self.sandbox.active
+        if sandbox.CGROUP in active or sandbox.MEMORY in active:
+            self.cgroup = sandbox.Cgroup.create(
+                options.max_processes if sandbox.CGROUP in active else None,
+                memory_limit_bytes(options.memory_limit_mb) if sandbox.MEMORY in active else None)
+            missing = [layer for layer, made in ((sandbox.CGROUP, self.cgroup and self.cgroup.pids),
+                                                 (sandbox.MEMORY, self.cgroup and self.cgroup.memory))
+                       if layer in active and made is None]
+            if missing:
+                self.sandbox = sandbox.Layers(tuple(n for n in active if n not in missing),
+                                              {**self.sandbox.inactive, **{n: "could not be made now" for n in missing}})
         # the store only where the worker could write it (without the read-only view: another evaluation
         # recording into the same store meanwhile looks the same, hence a warning, not a failure)
         self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
@@ -198,6 +205,10 @@ class WorkerProcess:
         if code == SETUP_FAILED and self.sandbox is not None:
             return Finding.of("judge-error", f"the worker's sandbox could not be set up: {self.output_tail(500)}",
                               stage=op)
+        if self.cgroup is not None and self.cgroup.oom_kills():
+            return Finding.of("out-of-memory", f"during stage {op} the worker's processes together reached their memory "
+                              f"limit ({memory_limit_bytes(self.options.memory_limit_mb) / 2**20:.0f} MiB, a memory "
+                              "cgroup) and the kernel killed the worker", stage=op)
         if code < 0:
             name = signal.Signals(-code).name
             hint = {"SIGKILL": " (killed from outside, often by the system when memory runs out)",
@@ -269,6 +280,7 @@ class WorkerProcess:
         its descendants already; this is for what a killed launcher left behind)."""
         self._signal(os.killpg, signal.SIGKILL)
         if self.cgroup is not None:
+            self.oom_kills = self.cgroup.oom_kills()
             self.cgroup.remove()
             self.cgroup = None
         if sys.platform.startswith("linux"):
@@ -329,6 +341,24 @@ class WorkerPool:
                     spare = WorkerProcess(options, module=module)
                     spare.start()
                     ready.append(spare)
+
+    def settle(self, clock: Callable[[], float] = time.monotonic) -> float:
+        """Wait until every spare has started (its imports done, answering on its channel), so that none is
+        still importing torch while something is measured; a spare that cannot answer is dropped. The
+        seconds waited."""
+        started = clock()
+        with self._lock:
+            spares = [p for ready in self.ready.values() for p in ready]
+        for spare in spares:
+            try:
+                spare.call(protocol.Ready())
+            except WorkerFailure:
+                with self._lock:
+                    for ready in self.ready.values():
+                        if spare in ready:
+                            ready.remove(spare)
+                spare.close()
+        return clock() - started
 
     def close(self) -> None:
         with self._lock:

@@ -153,6 +153,17 @@ class TimingOptions:
     compile_baseline: bool = True
 
 
+#: The share of the machine's memory a run may use when `worker.memory_limit_mb` is not given.
+DEFAULT_MEMORY_SHARE = 0.75
+
+
+def memory_limit_bytes(limit_mb: int | None) -> int:
+    """`limit_mb` in bytes, or DEFAULT_MEMORY_SHARE of the machine's memory."""
+    if limit_mb:
+        return limit_mb * 2**20
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * DEFAULT_MEMORY_SHARE)
+
+
 #: WorkerOptions fields holding paths (strings in JSON).
 PATH_LISTS = ("writable", "watched", "hidden")
 
@@ -162,8 +173,10 @@ class WorkerOptions:
     """Isolation limits for the worker process that runs candidate code."""
 
     timeout_s: float = 300.0  # whole worker lifetime, build included (a cold CUDA build takes ~1 min)
-    memory_limit_mb: int | None = None  # None: 75% of RAM on a CPU run; no address-space limit on GPUs
-    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup); default from
+    # None: DEFAULT_MEMORY_SHARE of RAM. Each process's address space on CPU runs (none on GPUs: CUDA maps far
+    # more than it uses), and the worker's processes together on both, where a memory cgroup can be made
+    memory_limit_mb: int | None = None
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup, memory); default from
     # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
     cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable

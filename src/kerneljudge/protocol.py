@@ -56,6 +56,15 @@ class Ping(Request):
 
 @request
 @dataclass(frozen=True)
+class Ready(Request):
+    """Answered as soon as the process serves requests (its start-up imports done); touches no device, so a
+    pool can wait for a spare's start to end before something is measured (isolation.WorkerPool.settle).
+    Reply: nothing."""
+    op: ClassVar[str] = "ready"
+
+
+@request
+@dataclass(frozen=True)
 class TimeSetup(Request):
     """Prepare timing of `model` ("candidate", "eager" or "compile") over input sets drawn from
     `set_seeds`. Reply: input_sets; with `describe` (the referee: one untimed call, where torch.compile

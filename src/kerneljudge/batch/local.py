@@ -10,7 +10,9 @@ and run). Timing also holds the device's timing lock (devicelock.py) against oth
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
 as the current candidate's worker has answered. A spare only imports torch on the host until it is
 taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
-runs on the GPU while the current candidate is timed. On a CPU lane spares start only after an
+runs on the GPU while the current candidate is timed, and the lane waits for its spares' start to end
+before the timing (`WorkerPool.settle`), so none competes for the host's cores then either (on the
+16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would). On a CPU lane spares start only after an
 evaluation, as WorkerPool does (a process importing torch would compete with a host-clock timing);
 with several CPU lanes, another lane's spare may still be importing torch while a lane times.
 
@@ -98,9 +100,12 @@ class LocalLane:
     def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
         options = job.options.replace(device=self.device, store_path=None)
         holder = Holder(self.gate, on_wait=self._not_counted)
-        started = {"done": False}
+        started = {"done": False, "settled": False}
 
         def observe(event: ProgressEvent) -> None:
+            if self.prestart and started["done"] and event.stage == "timing" and not started["settled"]:
+                started["settled"] = True  # no spare still importing torch beside the timing (module docstring)
+                self._not_counted(self.pool.settle())
             holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from kerneljudge.options import memory_limit_bytes
+
 
 def interpret_triton(device: torch.device, kinds: list[str]) -> None:
     """Triton kernels on a CPU run through Triton's interpreter (set before triton is imported)."""
@@ -18,14 +20,12 @@ def interpret_triton(device: torch.device, kinds: list[str]) -> None:
 
 
 def limit_memory(limit_mb: int | None) -> None:
-    """An address-space limit for CPU runs (75% of RAM unless given): a runaway allocation fails with an
+    """An address-space limit for CPU runs (options.memory_limit_bytes): a runaway allocation fails with an
     out-of-memory error instead of taking the machine down. Not on GPUs: CUDA maps far more virtual
     memory than it uses."""
     import resource
 
-    import psutil
-
-    limit = (limit_mb or int(psutil.virtual_memory().total * 0.75 / 2**20)) * 2**20
+    limit = memory_limit_bytes(limit_mb)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 

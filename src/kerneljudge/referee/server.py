@@ -58,7 +58,7 @@ class Referee:
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
-            protocol.LintProblem: self.lint_problem,
+            protocol.LintProblem: self.lint_problem, protocol.Ready: lambda request, blobs: ({}, []),
         }
         memory.warm_meta_device()  # here, while a spare waits, not in the first evaluation's estimate
         self.baseline_rss_bytes = memory.rss_now_bytes()

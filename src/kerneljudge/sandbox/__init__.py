@@ -12,6 +12,7 @@ Layers set up by the launcher (sandbox/launch.py), each dropped where the system
     net      a network namespace: no network, not even loopback
     rlimits  CPU time, file size, open files and processes (the address space on CPU runs: proc/machine.py)
     cgroup   a pids cgroup made by the judge: caps the worker's tasks (root too), all killed at the end
+    memory   a memory cgroup made by the judge: caps the host memory of all the worker's processes together
 
 and, wherever the worker runs on Linux (they need no permission): `reaper` (the launcher is a child
 subreaper, and kills every descendant left when the worker ends, scanning /proc until none remains; the
@@ -42,7 +43,8 @@ from kerneljudge.sandbox import linux
 
 LAUNCHED = ("user", "mount", "dev", "pid", "net", "rlimits")
 CGROUP = "cgroup"  # made by the judge, joined by the launcher
-LAYERS = LAUNCHED + (CGROUP,)  # the layers that can be turned off (WorkerOptions.sandbox_off)
+MEMORY = "memory"  # likewise
+LAYERS = LAUNCHED + (CGROUP, MEMORY)  # the layers that can be turned off (WorkerOptions.sandbox_off)
 JUDGE_SIDE = ("reaper", "watch", "bytecode", "undumpable")
 DESCRIPTIONS = {
     "user": "user namespace: the worker holds no capability and cannot create namespaces",
@@ -52,6 +54,7 @@ DESCRIPTIONS = {
     "net": "network namespace: no network, not even loopback",
     "rlimits": "limits on CPU time, file size, open files and processes (the process limit binds no root user)",
     "cgroup": "a pids cgroup: a cap on the worker's tasks, and every task in it is killed at the end",
+    "memory": "a memory cgroup: the host memory of all the worker's processes together is capped (root too)",
     "reaper": "every descendant left at the end is killed (subreaper, /proc scans of children and session)",
     "watch": "the judge's package and the results store are checked for changes after the worker",
     "bytecode": "workers write no bytecode; the judge imported all its modules before the first worker",
@@ -94,14 +97,17 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
             inactive[failed] = reason
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
-    group = None if CGROUP in off else Cgroup.create(16)
-    if CGROUP in off:
-        inactive[CGROUP] = "turned off (sandbox_off)"
-    elif group is None:
-        inactive[CGROUP] = "no writable pids cgroup (cgroup v1 pids hierarchy, or v2 with pids delegated)"
-    else:
+    group = Cgroup.create(None if CGROUP in off else 16, None if MEMORY in off else 1 << 30)
+    for layer, made, controller in ((CGROUP, group and group.pids, "pids"), (MEMORY, group and group.memory, "memory")):
+        if layer in off:
+            inactive[layer] = "turned off (sandbox_off)"
+        elif made is None:
+            inactive[layer] = (f"no writable {controller} cgroup (cgroup v1 {controller} hierarchy, or v2 with "
+                               f"{controller} delegated)")
+        else:
+            wanted.append(layer)
+    if group is not None:
         group.remove()
-        wanted.append(CGROUP)
     if "user" not in wanted and os.getuid() != 0:
         for name in [n for n in wanted if n in ("mount", "dev", "pid", "net")]:
             wanted.remove(name)
@@ -152,7 +158,8 @@ def launch_command(command: list[str], *, layers, writable, limits: dict, hidden
     worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
               "hidden": [str(Path(h)) for h in hidden], "limits": limits,
-              "cgroup": str(cgroup.path) if cgroup else None}
+              "cgroups": {layer: str(path) for layer, path in ((CGROUP, cgroup and cgroup.pids),
+                                                               (MEMORY, cgroup and cgroup.memory)) if path}}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 
@@ -226,34 +233,52 @@ def honest_bytecode(pyc: Path) -> bool:
 
 
 class Cgroup:
-    """A pids cgroup for one worker, made by the judge: the launcher joins it before anything else, so every
-    process the worker starts is in it, capped at `pids.max` tasks (this binds root too, unlike
-    RLIMIT_NPROC), and found at the end however it detached. The worker's read-only view covers /sys, so it
-    cannot move itself out."""
+    """The worker's cgroups, made by the judge; the launcher joins them before anything else, so every
+    process the worker starts is in them, and the worker's read-only view covers /sys, so it cannot move
+    itself out. A pids cgroup caps the worker's tasks at `pids.max` (this binds root too, unlike
+    RLIMIT_NPROC) and finds them all at the end however they detached. A memory cgroup caps the host memory
+    of all of them together (RLIMIT_AS caps each process alone, and not at all on GPU runs, where CUDA maps
+    far more address space than it uses): beyond it the kernel kills one of them, and `oom_kills` counts
+    it. On cgroup v1 each is a folder of its own hierarchy; on v2 both are one folder."""
 
     KILL_ROUNDS = 100
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, pids: Path | None, memory: Path | None):
+        self.pids, self.memory = pids, memory
+
+    @property
+    def paths(self) -> list[Path]:
+        return list(dict.fromkeys(p for p in (self.pids, self.memory) if p is not None))
 
     @classmethod
-    def create(cls, max_tasks: int) -> "Cgroup | None":
-        """A new cgroup under this process's own in the pids hierarchy, or None where none can be made."""
-        base = cls._base()
-        if base is None:
-            return None
-        cls._remove_stale(base)
-        path = base / f"kerneljudge-{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            path.mkdir()
-            (path / "pids.max").write_text(str(max_tasks))
-        except OSError:
+    def create(cls, max_tasks: int | None, memory_bytes: int | None = None) -> "Cgroup | None":
+        """New cgroups under this process's own: pids (with `max_tasks`) and memory (with `memory_bytes`),
+        each where its hierarchy is writable; None where neither could be made."""
+        name = f"kerneljudge-{os.getpid()}-{os.urandom(4).hex()}"
+        wanted = {"pids": max_tasks, "memory": memory_bytes}
+        made: dict[str, Path] = {}
+        for controller, value in wanted.items():
+            base = cls._base(controller) if value is not None else None
+            if base is None:
+                continue
+            cls._remove_stale(base)
+            path = base / name
             try:
-                path.rmdir()
+                path.mkdir(exist_ok=path in made.values())
+                for file, text in _limit_files(controller, value, unified=(path / "cgroup.controllers").exists()):
+                    if file.endswith(".swap.max") or file.endswith("memsw.limit_in_bytes"):
+                        try:  # no swap beyond the limit where swap accounting exists
+                            (path / file).write_text(text)
+                        except OSError:
+                            pass
+                    else:
+                        (path / file).write_text(text)
             except OSError:
-                pass
-            return None
-        return cls(path)
+                if path not in made.values():
+                    _remove_folder(path)
+                continue
+            made[controller] = path
+        return cls(made.get("pids"), made.get("memory")) if made else None
 
     @staticmethod
     def _remove_stale(base: Path) -> None:
@@ -262,45 +287,59 @@ class Cgroup:
             try:
                 os.kill(int(folder.name.split("-")[1]), 0)
             except ProcessLookupError:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    pass
+                _remove_folder(folder)
             except (ValueError, PermissionError):
                 pass
 
     @staticmethod
-    def _base() -> Path | None:
-        """This process's cgroup in a pids hierarchy: cgroup v1's pids controller, else v2 with pids enabled
-        for its children."""
+    def _base(controller: str) -> Path | None:
+        """This process's cgroup in a hierarchy with `controller`: cgroup v1's, else v2 with the controller
+        enabled for its children."""
         try:
             lines = Path("/proc/self/cgroup").read_text().splitlines()
         except OSError:
             return None
         for line in lines:
             _, controllers, path = line.split(":", 2)
-            if "pids" in controllers.split(","):
-                folder = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            if controller in controllers.split(","):
+                folder = Path("/sys/fs/cgroup") / controller / path.lstrip("/")
                 if folder.is_dir():
                     return folder
         for line in lines:
             if line.startswith("0::"):
                 folder = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
                 try:
-                    if "pids" in (folder / "cgroup.subtree_control").read_text().split():
+                    if controller in (folder / "cgroup.subtree_control").read_text().split():
                         return folder
                 except OSError:
                     return None
         return None
 
     def tasks(self) -> list[int]:
-        try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
+        found: set[int] = set()
+        for path in self.paths:
+            try:
+                found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def oom_kills(self) -> int:
+        """How many of the worker's processes the kernel killed at the memory cgroup's limit."""
+        if self.memory is None:
+            return 0
+        for file in ("memory.events", "memory.oom_control"):  # v2, v1
+            try:
+                for line in (self.memory / file).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+            except (OSError, ValueError):
+                continue
+        return 0
 
     def kill_all(self) -> None:
-        """SIGKILL every process in the cgroup, round after round, until it is empty."""
+        """SIGKILL every process in the cgroups, round after round, until they are empty."""
         for _ in range(self.KILL_ROUNDS):
             if not _kill_all(self.tasks()):
                 return
@@ -308,13 +347,29 @@ class Cgroup:
 
     def remove(self) -> None:
         self.kill_all()
-        for _ in range(self.KILL_ROUNDS):  # a killed task leaves the cgroup when it is reaped
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
+        for path in self.paths:
+            _remove_folder(path, rounds=self.KILL_ROUNDS)  # a killed task leaves the cgroup when it is reaped
+
+
+def _limit_files(controller: str, value: int, unified: bool) -> list[tuple[str, str]]:
+    """The files that set a cgroup's limit, in the order they must be written."""
+    if controller == "pids":
+        return [("pids.max", str(value))]
+    if unified:
+        return [("memory.max", str(value)), ("memory.swap.max", "0")]
+    return [("memory.limit_in_bytes", str(value)), ("memory.memsw.limit_in_bytes", str(value))]
+
+
+def _remove_folder(path: Path, rounds: int = 1) -> None:
+    """rmdir a cgroup, retrying while its last tasks are being reaped; gone already is fine."""
+    for _ in range(rounds):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if rounds > 1:
                 time.sleep(0.01)
 
 

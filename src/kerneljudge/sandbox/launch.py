@@ -48,11 +48,11 @@ def main(argv: list[str], run=None) -> None:
     command = argv[argv.index("--") + 1:]
     layers = set(config["layers"])
     _tie_to(int(argv[2]))
-    if config.get("cgroup"):  # first: every process started from here on is in it
+    for layer, path in (config.get("cgroups") or {}).items():  # first: every process started from here on is in them
         try:
-            _write(os.path.join(config["cgroup"], "cgroup.procs"), str(os.getpid()))
+            _write(os.path.join(path, "cgroup.procs"), str(os.getpid()))  # (on cgroup v2 one folder: joined twice)
         except OSError as exc:
-            _fail(LayerFailed("cgroup", str(exc)))
+            _fail(LayerFailed(layer, str(exc)))
     try:
         tasks_before = _count_tasks(os.getuid())
         _namespaces(layers)

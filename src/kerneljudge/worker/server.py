@@ -57,6 +57,7 @@ class Worker:
             protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.SetState: self.set_state,
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
+            protocol.Ready: lambda request, blobs: _reply([]),
         }
         self.baseline_rss_bytes = memory.rss_now_bytes()
 

@@ -12,6 +12,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
     peek     the results store ($KJ_TEST_STORE) read (other candidates' sources), and a connection to the
              judge server's socket ($KERNELJUDGE_SOCKET, as the judge sees it), where it would ask for
              evaluations under the user's name
+    hog      HOG_CHILDREN children that each write HOG_MB of memory (each under the per-process address-space
+             limit, together over the worker's memory limit) and hold it: how many held it at once
 """
 import os
 import socket
@@ -29,6 +31,9 @@ import kerneljudge
 SLEEPER = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
            "open(os.path.join(os.environ['KJ_TEST_OUT'], 'escape'), 'a').write(f'{os.getpid()}\\n'); time.sleep(600)")
 MOST_FORKS = 2000
+HOG_CHILDREN, HOG_MB = 3, 600
+HOLDER = ("import os, sys, time; block = bytearray(b'x') * (int(sys.argv[1]) << 20); "
+          "open(sys.argv[2], 'a').write(f'{os.getpid()}\\n'); time.sleep(600)")
 
 
 def write(path: Path, data: bytes, mode: str = "wb") -> str:
@@ -103,7 +108,20 @@ def peek() -> str:
     return f"{read}\n{connected}"
 
 
-ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek}
+def hog() -> str:
+    held = Path(os.environ["KJ_TEST_OUT"]) / "hog-held"
+    children = [subprocess.Popen([sys.executable, "-c", HOLDER, str(HOG_MB), str(held)]) for _ in range(HOG_CHILDREN)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # each child holds its memory or was killed
+        done = len(held.read_text().split()) if held.exists() else 0
+        if done + sum(c.poll() is not None for c in children) >= HOG_CHILDREN:
+            break
+        time.sleep(0.1)
+    time.sleep(1)  # the kernel may kill a holder only as the last one allocates
+    return str(sum(c.poll() is None for c in children))
+
+
+ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog}
 
 
 class ModelNew(nn.Module):
