@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from conftest import CANDIDATES, SEED, codes
 from kerneljudge import api
+from kerneljudge.stages import measure
 from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
 from kerneljudge.timing import IterationCall
 
@@ -59,6 +60,7 @@ def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     check = result.timing["cross_check"]
     assert check["excess_ms"] > check["tolerance_ms"]
     assert check["excess_ms"] > 3.0  # most of the hidden 4.95 ms per call shows
+    assert len(check["batch_slacks_ms"]) > 1 and min(check["batch_slacks_ms"]) > check["reference_slack_ms"]  # every batch
 
 
 def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(fast):
@@ -67,6 +69,8 @@ def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(f
     assert result.verdict == "fail"
     assert "timing-tampering" in failing(result), result.timing and result.timing["cross_check"]
     assert result.timing["cross_check"]["paired_excess_ms"] > 12.0  # most of the hidden 19.8 ms per call shows
+    # over the line after the first rounds, so judged on the longer run of rounds, and still over it
+    assert result.timing["cross_check"]["paired_rounds"] == measure.CONFIRM_ROUNDS + measure.CONFIRM_MORE_ROUNDS
 
 
 def test_the_same_slow_candidate_with_honest_times_passes(fast):
