@@ -277,12 +277,13 @@ def test_nothing_the_candidate_started_outlives_its_evaluation(attack, monkeypat
     assert gone(lambda: with_token(token)) == [], "a process the candidate started outlived the evaluation"
 
 
-def test_without_pid_namespace_and_cgroup_the_reaper_kills_every_descendant(attack, monkeypatch):
+def test_without_pid_namespace_and_cgroups_the_reaper_kills_every_descendant(attack, monkeypatch):
     """The fallback: host pids in the pid file; the launcher, a child subreaper, kills the setsid'd
-    grandchild and the child that ignores SIGTERM when the worker ends."""
+    grandchild and the child that ignores SIGTERM when the worker ends (each cgroup, pids or memory, would
+    find them too: both off)."""
     token = f"kj-escape-{secrets.token_hex(6)}"
     monkeypatch.setenv("KJ_TEST_TOKEN", token)
-    result, said = attack("escape", sandbox_off=("pid", "cgroup"))
+    result, said = attack("escape", sandbox_off=("pid", "cgroup", "memory"))
     assert result.verdict == "pass"
     assert result.sandbox["inactive"]["pid"] == "turned off (sandbox_off)"
     pids = [int(p) for p in said]
