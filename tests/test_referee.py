@@ -61,6 +61,7 @@ def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     assert check["excess_ms"] > check["tolerance_ms"]
     assert check["excess_ms"] > 3.0  # most of the hidden 4.95 ms per call shows
     assert len(check["batch_slacks_ms"]) > 1 and min(check["batch_slacks_ms"]) > check["reference_slack_ms"]  # every batch
+    assert check["calls_per_batch"] >= 1 and all(n >= 1 for n in check["reference_calls_per_batch"])
 
 
 def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(fast):

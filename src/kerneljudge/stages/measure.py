@@ -446,7 +446,8 @@ def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None,
         return result
     # the evidence, batch by batch, when the candidate's claims are looked at again (at most BATCHES_SHOWN each)
     result.update(batch_slacks_ms=[round(x, 4) for x in candidate.slacks_ms[:BATCHES_SHOWN]],
-                  reference_batch_slacks_ms=[round(x, 4) for x in pooled[:BATCHES_SHOWN]])
+                  reference_batch_slacks_ms=[round(x, 4) for x in pooled[:BATCHES_SHOWN]],
+                  calls_per_batch=candidate.batch, reference_calls_per_batch=[t.batch for t in references])
     try:
         paired_excess, paired_tolerance, rounds = _confirm(j, candidate, median_ms, clock_ms)
     except TimedCallFailed:
