@@ -67,6 +67,20 @@ def test_a_large_tensor_crosses_relayed_bit_exact_and_leaves_nothing_open():
         os.close(fd)
 
 
+def test_the_mapped_writer_seals_what_it_filled():
+    """The path a GPU tensor takes (copied from the device straight into a shared mapping), here filled from
+    the host: sealed once the mapping is gone, the same bytes, no write accepted after."""
+    data = os.urandom(3 << 20)
+    blob = sealed.write(len(data), lambda mapped: mapped.__setitem__(slice(0, len(data)), data))
+    try:
+        with pytest.raises(OSError):
+            os.pwrite(blob.fd, b"\0", 0)
+        with blob.buffer() as mapped:
+            assert bytes(mapped) == data
+    finally:
+        blob.close()
+
+
 def forged(declared: int, fd: int) -> str:
     """What the judge says when a message names `fd` as a sealed blob of `declared` bytes."""
     a, b = channel.pair()

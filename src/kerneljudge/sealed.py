@@ -24,6 +24,7 @@ import stat
 from typing import Callable
 
 MIN_BYTES = 1 << 20  # a smaller tensor crosses as bytes: a memory file costs a few system calls
+WRITE_CHUNK = 1 << 30  # bytes per pwrite (one call may write less than asked)
 AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")
 REQUIRED_SEALS = (fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW) if AVAILABLE else 0
 
@@ -68,6 +69,21 @@ def write(size: int, fill: Callable[[mmap.mmap], None]) -> SealedBlob:
             mapped.close()
         seal(fd)
         return SealedBlob(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_bytes(data: memoryview) -> SealedBlob:
+    """A sealed memory file holding `data` (a flat byte view, not empty), written with pwrite: one copy,
+    and no mapping whose pages the kernel zero-fills first (half the time of `write` on the CPU VM)."""
+    fd = os.memfd_create("kerneljudge-blob", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        done = 0
+        while done < data.nbytes:
+            done += os.pwrite(fd, data[done:done + WRITE_CHUNK], done)
+        seal(fd)
+        return SealedBlob(fd, data.nbytes)
     except BaseException:
         os.close(fd)
         raise

@@ -32,11 +32,14 @@ class WireError(ValueError):
 
 
 def _bytes_of(t: torch.Tensor) -> bytes | sealed.SealedBlob:
-    """A copy of the tensor's bytes: a sealed memory file written straight from the device for a large one,
-    else bytes (`bytes(storage)` would go element by element: 2 us each)."""
+    """A copy of the tensor's bytes: for a large one a sealed memory file, written from host memory with
+    pwrite or straight from the device through a mapping; else bytes (`bytes(storage)` would go element by
+    element: 2 us each)."""
     flat = t.detach().reshape(-1).contiguous()
     size = flat.numel() * flat.element_size()
     if size >= sealed.MIN_BYTES and sealed.AVAILABLE:
+        if flat.device.type == "cpu":
+            return sealed.write_bytes(memoryview((ctypes.c_char * size).from_address(flat.data_ptr())).cast("B"))
         return sealed.write(size, lambda mapped: _copy_into(mapped, flat))
     if flat.device.type != "cpu":
         flat = flat.cpu()
