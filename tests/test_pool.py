@@ -32,6 +32,9 @@ def test_pool_hands_out_fresh_pre_started_workers(fast):
         pool.fill(options)
         other = pool.take(fast.replace(cache_dir=fast.cache_dir / "other").worker_options())
         assert other.process is None and not pool.ready[WORKER]
+        pool.fill(options)  # nor one whose memory cgroup was made for another limit
+        capped = pool.take(fast.replace(worker={"memory_limit_mb": 1500}).worker_options())
+        assert capped.process is None and not pool.ready[WORKER]
     with first, second:
         assert first.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"
         assert second.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"

@@ -375,6 +375,15 @@ def test_a_fork_bomb_is_bounded_and_its_processes_die(attack):
         assert not set(sandbox.Cgroup._base("pids").glob(ours)) - before, "the cgroup outlived it"
 
 
+@needs("cgroup", "memory")
+def test_without_the_read_only_view_no_cgroup_is_claimed():
+    """The cgroups' files belong to the worker's user: without `mount` the worker could lift its own limits,
+    so neither cgroup layer is said to be active then."""
+    layers = sandbox.detect(("mount",))
+    assert "cgroup" not in layers.active and "memory" not in layers.active
+    assert "mount" in layers.inactive["cgroup"] and "mount" in layers.inactive["memory"]
+
+
 @needs("memory")
 def test_the_memory_cgroup_caps_processes_together_and_counts_the_kills(tmp_path):
     """The mechanism alone: a process that joins a 256 MiB memory cgroup (as the launcher does) and writes

@@ -8,7 +8,7 @@ for its whole life (the worker limits its own address space on CPU runs: see wor
 or raises WorkerFailure carrying a finding that names what happened.
 
 The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
-files with its own folder and the build caches writable, limits, a pids cgroup, whichever this machine
+files with its own folder and the build caches writable, limits, pids and memory cgroups, whichever this machine
 allows; when it ends the launcher kills every descendant it left, and `close` compares the judge's package
 and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
 candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).
@@ -69,7 +69,8 @@ class WorkerProcess:
         self.watch: sandbox.Watch | None = None
         self.cgroup: sandbox.Cgroup | None = None
         self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
-        self.oom_kills = 0  # the worker's processes the kernel killed at its memory cgroup's limit
+        self.oom_kills = 0  # the worker's processes the kernel killed in its memory cgroup (counted when it ends)
+        self.memory_limit_bytes: int | None = None  # that cgroup's limit, as applied when the worker started
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -93,12 +94,18 @@ class WorkerProcess:
         # an idle process's OpenMP threads must not spin (OMP's default) while the other one is timed
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         command = [sys.executable, "-m", self.module, str(to_worker_r), str(from_worker_w), PARENT]
-        if self.role == "worker" and sys.platform.startswith("linux"):
-            command = self._sandboxed(command, env)
-        with open(self.log_path, "wb") as log:
-            self.process = spawn.start(command, env=env, cwd=str(self.workdir), log=log,
-                                       pass_fds=(to_worker_r, from_worker_w), fork_server=self.options.fork_server,
-                                       warm=self.role == "referee")
+        try:
+            if self.role == "worker" and sys.platform.startswith("linux"):
+                command = self._sandboxed(command, env)
+            with open(self.log_path, "wb") as log:
+                self.process = spawn.start(command, env=env, cwd=str(self.workdir), log=log,
+                                           pass_fds=(to_worker_r, from_worker_w),
+                                           fork_server=self.options.fork_server, warm=self.role == "referee")
+        except BaseException:
+            if self.cgroup is not None:  # made for a process that never started: close() will not see it
+                self.cgroup.remove()
+                self.cgroup = None
+            raise
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
@@ -205,10 +212,10 @@ class WorkerProcess:
         if code == SETUP_FAILED and self.sandbox is not None:
             return Finding.of("judge-error", f"the worker's sandbox could not be set up: {self.output_tail(500)}",
                               stage=op)
-        if self.cgroup is not None and self.cgroup.oom_kills():
-            return Finding.of("out-of-memory", f"during stage {op} the worker's processes together reached their memory "
-                              f"limit ({memory_limit_bytes(self.options.memory_limit_mb) / 2**20:.0f} MiB, a memory "
-                              "cgroup) and the kernel killed the worker", stage=op)
+        if code == -signal.SIGKILL and self.cgroup is not None and self.cgroup.oom_kills():
+            return Finding.of("out-of-memory", f"during stage {op} the kernel's out-of-memory killer ended the worker: "
+                              f"its memory cgroup counted the kill (the limit of the worker's processes together: "
+                              f"{self.cgroup.memory_bytes / 2**20:.0f} MiB)", stage=op)
         if code < 0:
             name = signal.Signals(-code).name
             hint = {"SIGKILL": " (killed from outside, often by the system when memory runs out)",
@@ -280,7 +287,7 @@ class WorkerProcess:
         its descendants already; this is for what a killed launcher left behind)."""
         self._signal(os.killpg, signal.SIGKILL)
         if self.cgroup is not None:
-            self.oom_kills = self.cgroup.oom_kills()
+            self.oom_kills, self.memory_limit_bytes = self.cgroup.oom_kills(), self.cgroup.memory_bytes
             self.cgroup.remove()
             self.cgroup = None
         if sys.platform.startswith("linux"):
@@ -347,17 +354,22 @@ class WorkerPool:
         still importing torch while something is measured; a spare that cannot answer is dropped. The
         seconds waited."""
         started = clock()
-        with self._lock:
-            spares = [p for ready in self.ready.values() for p in ready]
-        for spare in spares:
-            try:
-                spare.call(protocol.Ready())
-            except WorkerFailure:
+        for module, ready in self.ready.items():
+            with self._lock:
+                spares = list(ready)
+            for spare in spares:
+                with self._lock:  # out of the pool while it is asked: another thread cannot take it meanwhile
+                    if spare not in ready:
+                        continue
+                    ready.remove(spare)
+                spare.deadline = spare.clock() + spare.options.timeout_s  # its start's deadline may be long past
+                try:
+                    spare.call(protocol.Ready())
+                except WorkerFailure:
+                    spare.close()
+                    continue
                 with self._lock:
-                    for ready in self.ready.values():
-                        if spare in ready:
-                            ready.remove(spare)
-                spare.close()
+                    ready.append(spare)
         return clock() - started
 
     def close(self) -> None:

@@ -195,7 +195,7 @@ class WorkerOptions:
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""
         return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.hidden, self.max_processes,
-                self.max_file_mb, self.max_open_files)
+                self.max_file_mb, self.max_open_files, self.memory_limit_mb)  # the memory cgroup's limit too
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
-from kerneljudge.options import Options, check_device, memory_limit_bytes
+from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.problemlint import judge as problemlint
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
@@ -255,9 +255,9 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
     store = [path for path in worker.breaches if path not in ours]
     if worker.oom_kills and not any(f.code == "out-of-memory" for f in judging.findings):
         judging.findings.append(Finding.of(
-            "memory-limit", f"the kernel killed {worker.oom_kills} process(es) of the worker at its memory limit "
-            f"({memory_limit_bytes(worker.options.memory_limit_mb) / 2**20:.0f} MiB for all of them together, a "
-            "memory cgroup); the evaluation went on without them", stage="worker", kills=worker.oom_kills))
+            "memory-limit", f"the kernel killed {worker.oom_kills} process(es) of the worker in its memory cgroup "
+            f"(the limit of its processes together: {worker.memory_limit_bytes / 2**20:.0f} MiB); the evaluation "
+            "went on without them", stage="worker", kills=worker.oom_kills))
     for code, files, what in (("sandbox-breach", ours, "changed files of the judge's package"),
                               ("store-changed", store, "ran while the results store changed")):
         if files:

@@ -11,10 +11,11 @@ The next candidate's processes are pre-started while the current one is judged: 
 as the current candidate's worker has answered. A spare only imports torch on the host until it is
 taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
 runs on the GPU while the current candidate is timed, and the lane waits for its spares' start to end
-before the timing (`WorkerPool.settle`), so none competes for the host's cores then either (on the
-16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would). On a CPU lane spares start only after an
-evaluation, as WorkerPool does (a process importing torch would compete with a host-clock timing);
-with several CPU lanes, another lane's spare may still be importing torch while a lane times.
+before the timing (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
+the 16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would;
+another lane's spares may still be starting). On a CPU lane spares start only after an evaluation, as
+WorkerPool does (a process importing torch would compete with a host-clock timing); with several CPU
+lanes, another lane's spare may still be importing torch while a lane times.
 
 Builds run in the devices' toolchain without touching a GPU: the target architecture is asked once of
 a worker on the first GPU (or given with --arch), and builders run as CPU workers with that

@@ -83,10 +83,19 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
         return Layers((), {name: "not Linux" for name in LAYERS + JUDGE_SIDE})
     inactive = {name: "turned off (sandbox_off)" for name in LAUNCHED if name in off}
     wanted = [name for name in LAUNCHED if name not in off]
+    group = Cgroup.create(None if CGROUP in off else 16, None if MEMORY in off else 1 << 30)  # joined by the probe
+    for layer, made, controller in ((CGROUP, group and group.pids, "pids"), (MEMORY, group and group.memory, "memory")):
+        if layer in off:
+            inactive[layer] = "turned off (sandbox_off)"
+        elif made is None:
+            inactive[layer] = (f"no writable {controller} cgroup (cgroup v1 {controller} hierarchy, or v2 with "
+                               f"{controller} delegated)")
+        else:
+            wanted.append(layer)
     probe_dir = tempfile.mkdtemp(prefix="kj-sandbox-probe-")
     try:
         while True:
-            failed, reason = _probe(wanted, probe_dir)
+            failed, reason = _probe(wanted, probe_dir, group)
             if failed is None:
                 break
             if failed not in wanted:  # the launcher itself cannot run: no layer at all
@@ -97,31 +106,26 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
             inactive[failed] = reason
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
-    group = Cgroup.create(None if CGROUP in off else 16, None if MEMORY in off else 1 << 30)
-    for layer, made, controller in ((CGROUP, group and group.pids, "pids"), (MEMORY, group and group.memory, "memory")):
-        if layer in off:
-            inactive[layer] = "turned off (sandbox_off)"
-        elif made is None:
-            inactive[layer] = (f"no writable {controller} cgroup (cgroup v1 {controller} hierarchy, or v2 with "
-                               f"{controller} delegated)")
-        else:
-            wanted.append(layer)
-    if group is not None:
-        group.remove()
+        if group is not None:
+            group.remove()
     if "user" not in wanted and os.getuid() != 0:
         for name in [n for n in wanted if n in ("mount", "dev", "pid", "net")]:
             wanted.remove(name)
             inactive[name] = "needs the user namespace"
+    if "mount" not in wanted:  # the cgroups' files are the worker's user's: only the read-only /sys keeps them
+        for layer in [n for n in (CGROUP, MEMORY) if n in wanted]:
+            wanted.remove(layer)
+            inactive[layer] = "needs the read-only view (mount): without it the worker could lift its own limits"
     return Layers(tuple(wanted) + JUDGE_SIDE, inactive)
 
 
-def _probe(layers: list[str], folder: str) -> tuple[str | None, str]:
-    """Start the launcher with `layers` and a trivial command: (None, "") when it ran, else the layer it
-    names as failing and why."""
+def _probe(layers: list[str], folder: str, group: "Cgroup | None") -> tuple[str | None, str]:
+    """Start the launcher with `layers` (joining `group`'s cgroups for the cgroup layers among them) and a
+    trivial command: (None, "") when it ran, else the layer it names as failing and why."""
     check = ("import os, sys, socket; f = sys.argv[1]; open(os.path.join(f, 'w'), 'w').write('ok'); "
              "ro = os.access('/usr', os.W_OK) and 'mount' in sys.argv[2]; sys.exit(3 if ro else 0)")
     command = with_parent(launch_command([sys.executable, "-S", "-c", check, folder, ",".join(layers)], layers=layers,
-                                         writable=[folder], limits=_probe_limits()), os.getpid())
+                                         writable=[folder], limits=_probe_limits(), cgroup=group), os.getpid())
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               env=launcher_env(dict(os.environ)), cwd=folder)
@@ -159,7 +163,8 @@ def launch_command(command: list[str], *, layers, writable, limits: dict, hidden
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
               "hidden": [str(Path(h)) for h in hidden], "limits": limits,
               "cgroups": {layer: str(path) for layer, path in ((CGROUP, cgroup and cgroup.pids),
-                                                               (MEMORY, cgroup and cgroup.memory)) if path}}
+                                                               (MEMORY, cgroup and cgroup.memory))
+                          if path and layer in layers}}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 
@@ -243,11 +248,13 @@ class Cgroup:
 
     KILL_ROUNDS = 100
 
-    def __init__(self, pids: Path | None, memory: Path | None):
-        self.pids, self.memory = pids, memory
+    def __init__(self, pids: Path | None, memory: Path | None, memory_bytes: int | None = None):
+        """The folders made (None: that controller's hierarchy was not writable) and the memory limit set."""
+        self.pids, self.memory, self.memory_bytes = pids, memory, memory_bytes
 
     @property
     def paths(self) -> list[Path]:
+        """Each folder once (on cgroup v2 both controllers are one folder)."""
         return list(dict.fromkeys(p for p in (self.pids, self.memory) if p is not None))
 
     @classmethod
@@ -265,20 +272,18 @@ class Cgroup:
             path = base / name
             try:
                 path.mkdir(exist_ok=path in made.values())
-                for file, text in _limit_files(controller, value, unified=(path / "cgroup.controllers").exists()):
-                    if file.endswith(".swap.max") or file.endswith("memsw.limit_in_bytes"):
-                        try:  # no swap beyond the limit where swap accounting exists
-                            (path / file).write_text(text)
-                        except OSError:
-                            pass
-                    else:
+                for file, text, optional in _limit_files(controller, value, (path / "cgroup.controllers").exists()):
+                    try:
                         (path / file).write_text(text)
+                    except OSError:
+                        if not optional:
+                            raise
             except OSError:
                 if path not in made.values():
                     _remove_folder(path)
                 continue
             made[controller] = path
-        return cls(made.get("pids"), made.get("memory")) if made else None
+        return cls(made.get("pids"), made.get("memory"), memory_bytes if "memory" in made else None) if made else None
 
     @staticmethod
     def _remove_stale(base: Path) -> None:
@@ -351,13 +356,14 @@ class Cgroup:
             _remove_folder(path, rounds=self.KILL_ROUNDS)  # a killed task leaves the cgroup when it is reaped
 
 
-def _limit_files(controller: str, value: int, unified: bool) -> list[tuple[str, str]]:
-    """The files that set a cgroup's limit, in the order they must be written."""
+def _limit_files(controller: str, value: int, unified: bool) -> list[tuple[str, str, bool]]:
+    """The files that set a cgroup's limit (name, text, optional), in the order they must be written. The swap
+    limits are optional: they exist only where the kernel accounts swap (then: no swap beyond the limit)."""
     if controller == "pids":
-        return [("pids.max", str(value))]
+        return [("pids.max", str(value), False)]
     if unified:
-        return [("memory.max", str(value)), ("memory.swap.max", "0")]
-    return [("memory.limit_in_bytes", str(value)), ("memory.memsw.limit_in_bytes", str(value))]
+        return [("memory.max", str(value), False), ("memory.swap.max", "0", True)]
+    return [("memory.limit_in_bytes", str(value), False), ("memory.memsw.limit_in_bytes", str(value), True)]
 
 
 def _remove_folder(path: Path, rounds: int = 1) -> None:

@@ -42,7 +42,7 @@ MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many ba
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
 # ... and this many more when the first rounds' excess is over the tolerance, the decision then taken on all of
 # them: an honest candidate's paired excess wanders near the line (H200, batches of level2/51 and level1/19
-# candidates: -0.02 to +0.08 ms per call, 2 of 22 honest ones over their 0.06 ms tolerance after 12 rounds),
+# candidates: -0.02 to +0.08 ms per call; 3 of 47 honest ones ended over their ~0.06 ms tolerance after 12 rounds),
 # while a hidden time is over in every round (the fewer rounds the noisier the median of the differences).
 CONFIRM_MORE_ROUNDS = 24
 BATCHES_SHOWN = 64  # per-batch slacks kept in the result when the claims are looked at again
