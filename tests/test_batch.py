@@ -288,7 +288,7 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
     # at the default 8 x 64 are not: two short measurements of them differ by more than 2x on a busy CPU)
     timed = fast.replace(overrides=(("batch", "256"), ("n", "4096")),
                          timing={"enabled": True, "budget_ms": 50.0, "min_time_ms": 10.0, "min_runs": 3,
-                                 "warmup_runs": 1, "compile_baseline": False})
+                                 "warmup_runs": 1, "compile_baseline": False}, probes=False)  # baselines are the subject
     finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
                                                            "id": "second"}, (problem, first)], timed, lanes=1))
     assert sorted(f.job.id for f in finished) == ["0", "2", "second"]
