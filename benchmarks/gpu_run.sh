@@ -117,6 +117,21 @@ for a, d in zip(alone, during):
           f"{md:.5f} ms: {100 * (md - ma) / ma:+.2f}%")
 PY
   ;;
+batchbudget) step "the cross-check in batches at a 300 ms and a 1000 ms budget (the false timing-tampering, sixth session)"
+  for budget in 300 1000; do
+    timeout 280 python benchmarks/batch_throughput.py --problems level1/19,level2/51 --budget-ms $budget \
+      --stop-after-s 220 --save "$OUT/batch_b$budget.jsonl" | tail -4
+    python - "$OUT/batch_b$budget.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    c = r.get("cross_check") or {}
+    if c.get("excess_ms") is not None:
+        print(f"{r['id']:34} {r['verdict']:5} excess {c['excess_ms']:.3f} (tolerance {c['tolerance_ms']:.3f}) paired "
+              f"{c.get('paired_excess_ms')} ({c.get('paired_tolerance_ms')}) rounds {c.get('paired_rounds')} calls per "
+              f"batch {c.get('calls_per_batch')} / {c.get('reference_calls_per_batch')} slacks {c.get('batch_slacks_ms', [])[:12]}")
+PY
+  done ;;
 lint) step "problem lint at KernelBench's sizes (issue 19; the problems carried in .kb/)"
   timeout 240 python benchmarks/problem_lint_gpu.py --kernelbench .kb/kernelbench ;;
 memsweep) step "memory sweep at full size (issue 16): the problems that ran out of memory or failed before (SWEEP_ONLY)"
