@@ -417,6 +417,17 @@ def test_children_over_the_memory_limit_together_are_killed_and_said(attack):
     assert said == ["3"] and "memory-limit" not in codes(unbounded)
 
 
+@needs("memory")
+def test_a_worker_killed_at_its_memory_limit_is_out_of_memory(attack):
+    """Memory written into a memory file is not address space (the per-process limit lets it through) but is
+    the cgroup's: the kernel kills the worker, and the result names it (the launcher passes the worker's
+    SIGKILL on as its own)."""
+    result, said = attack("swell", memory_limit_mb=1500)
+    assert said == []  # it never got through
+    assert result.verdict == "error" and "out-of-memory" in codes(result), [(f.code, f.message) for f in result.findings]
+    assert "1500 MiB" in next(f.message for f in result.findings if f.code == "out-of-memory")
+
+
 def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, cpp_built):
     """The honest side of the read-only view: a C++ extension built by a sandboxed worker (`kerneljudge
     build`, into a fresh cache) lands in the cache (writable; the compiler's temporary files go to the

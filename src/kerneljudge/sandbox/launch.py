@@ -314,9 +314,11 @@ def _end(child: int, status_read: int, signum: int | None) -> None:
     _reap_all()
     if status is None or os.WIFEXITED(status):
         os._exit(os.WEXITSTATUS(status) if status is not None else 1)
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(128 + os.WTERMSIG(status))
+    signum = os.WTERMSIG(status)
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be handled (setting them raises)
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)
 
 
 def _kill(pid: int, signum: int) -> None:

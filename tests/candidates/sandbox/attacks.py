@@ -14,6 +14,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              evaluations under the user's name
     hog      HOG_CHILDREN children that each write HOG_MB of memory (each under the per-process address-space
              limit, together over the worker's memory limit) and hold it: how many held it at once
+    swell    up to SWELL_MB written into an anonymous memory file: memory the address-space limit does not
+             see, the memory cgroup does; "survived" if it got through
 """
 import os
 import socket
@@ -32,6 +34,7 @@ SLEEPER = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.S
            "open(os.path.join(os.environ['KJ_TEST_OUT'], 'escape'), 'a').write(f'{os.getpid()}\\n'); time.sleep(600)")
 MOST_FORKS = 2000
 HOG_CHILDREN, HOG_MB = 3, 600
+SWELL_MB = 4096
 HOLDER = ("import os, sys, time; block = bytearray(b'x') * (int(sys.argv[1]) << 20); "
           "open(sys.argv[2], 'a').write(f'{os.getpid()}\\n'); time.sleep(600)")
 
@@ -121,7 +124,15 @@ def hog() -> str:
     return str(sum(c.poll() is None for c in children))
 
 
-ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog}
+def swell() -> str:
+    memory_file = os.memfd_create("kj-swell")
+    chunk = b"x" * (64 << 20)
+    for _ in range(SWELL_MB // 64):
+        os.write(memory_file, chunk)
+    return "survived"
+
+
+ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
