@@ -198,6 +198,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("sandbox-reaper-off", "sandbox/launch.py",
              "        left = children_of(os.getpid())\n", "        left = []\n",
              (_k(SANDBOX, "reaper_kills_every_descendant"),), "the launcher leaves the worker's descendants"),
+    Mutation("launcher-sigkill-handler", "sandbox/launch.py",
+             "    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be handled (setting them raises)\n"
+             "        signal.signal(signum, signal.SIG_DFL)\n",
+             "    signal.signal(signum, signal.SIG_DFL)\n",
+             (_k(SANDBOX, "memory_limit_is_out_of_memory"),), "a worker's SIGKILL is not passed on"),
     Mutation("isolation-timeout-ignored", "isolation.py",
              "message = channel.receive(self.read_fd, self.deadline, self.clock)",
              "message = channel.receive(self.read_fd, self.deadline + 1e9, self.clock)",
