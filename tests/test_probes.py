@@ -85,7 +85,10 @@ def test_tanh_gelu_fails_once_the_argument_covers_the_curved_range(fast):
     assert result.verdict == "fail" and "range-mismatch" in failing(result), explain(result)
     assert failing(result) <= {"range-mismatch", "stale-parameters"}, explain(result)
     ranges = result.probes["ranges"]
-    assert ranges["sites"]["gelu#0"]["probed"] >= 0.75 > ranges["sites"]["gelu#0"]["default"]
+    # the share of GELU's curved range covered depends on the run's secret seed (11 runs: probed 0.69-1.0,
+    # default 0.125-0.19 of the 16 bins): at least half against at most a quarter
+    site = ranges["sites"]["gelu#0"]
+    assert site["probed"] >= 0.5 and site["default"] <= 0.25, site
 
 
 def test_range_probes_honest_controls(fast):

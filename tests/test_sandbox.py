@@ -385,7 +385,7 @@ def test_without_the_read_only_view_no_cgroup_is_claimed():
 
 
 @needs("memory")
-def test_the_memory_cgroup_caps_processes_together_and_counts_the_kills(tmp_path):
+def test_the_memory_cgroup_kills_a_process_over_its_limit_and_counts_it():
     """The mechanism alone: a process that joins a 256 MiB memory cgroup (as the launcher does) and writes
     512 MiB is killed by the kernel, and the cgroup counts it."""
     group = sandbox.Cgroup.create(None, 256 << 20)
