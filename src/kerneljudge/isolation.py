@@ -122,8 +122,7 @@ class WorkerProcess:
             self.cgroup = sandbox.Cgroup.create(
                 options.max_processes if sandbox.CGROUP in active else None,
                 memory_limit_bytes(options.memory_limit_mb) if sandbox.MEMORY in active else None)
-            missing = [layer for layer, made in ((sandbox.CGROUP, self.cgroup and self.cgroup.pids),
-                                                 (sandbox.MEMORY, self.cgroup and self.cgroup.memory))
+            missing = [layer for layer, made in sandbox.made_layers(self.cgroup).items()
                        if layer in active and made is None]
             if missing:
                 self.sandbox = sandbox.Layers(tuple(n for n in active if n not in missing),

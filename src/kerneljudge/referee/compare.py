@@ -59,7 +59,7 @@ def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Ten
     device = flats[0].device
     block = CLOSE_BLOCK.get(device.type, CLOSE_BLOCK["cpu"])
     for begin in range(0, flats[0].numel(), block):
-        yield begin, [f[begin:begin + block].to(device).double() for f in flats]
+        yield begin, [f[begin:begin + block].to(device=device, dtype=torch.float64) for f in flats]  # one copy each
 
 
 def rms(tensors: list[torch.Tensor]) -> float:

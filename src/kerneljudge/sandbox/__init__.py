@@ -84,10 +84,11 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
     inactive = {name: "turned off (sandbox_off)" for name in LAUNCHED if name in off}
     wanted = [name for name in LAUNCHED if name not in off]
     group = Cgroup.create(None if CGROUP in off else 16, None if MEMORY in off else 1 << 30)  # joined by the probe
-    for layer, made, controller in ((CGROUP, group and group.pids, "pids"), (MEMORY, group and group.memory, "memory")):
+    made = made_layers(group)
+    for layer, controller in ((CGROUP, "pids"), (MEMORY, "memory")):
         if layer in off:
             inactive[layer] = "turned off (sandbox_off)"
-        elif made is None:
+        elif made[layer] is None:
             inactive[layer] = (f"no writable {controller} cgroup (cgroup v1 {controller} hierarchy, or v2 with "
                                f"{controller} delegated)")
         else:
@@ -162,9 +163,7 @@ def launch_command(command: list[str], *, layers, writable, limits: dict, hidden
     worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
               "hidden": [str(Path(h)) for h in hidden], "limits": limits,
-              "cgroups": {layer: str(path) for layer, path in ((CGROUP, cgroup and cgroup.pids),
-                                                               (MEMORY, cgroup and cgroup.memory))
-                          if path and layer in layers}}
+              "cgroups": {layer: str(path) for layer, path in made_layers(cgroup).items() if path and layer in layers}}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 
@@ -235,6 +234,11 @@ def honest_bytecode(pyc: Path) -> bool:
     header = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(
         4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
     return written[:16] == header and written[16:] == marshal.dumps(code)
+
+
+def made_layers(cgroup: "Cgroup | None") -> dict[str, Path | None]:
+    """The folder behind each cgroup layer (None: not made)."""
+    return {CGROUP: cgroup.pids if cgroup else None, MEMORY: cgroup.memory if cgroup else None}
 
 
 class Cgroup:
