@@ -87,7 +87,7 @@ served) step "judge cost through \`kerneljudge serve\` (a worker kept started be
 twogpu) step "two GPUs against one (issue 20): the same batch, one command after the other"
   problems=${TWO_GPU_PROBLEMS:-level1/19,level1/23,level1/47,level2/51}
   for lanes in 1 2; do
-    timeout 280 python benchmarks/batch_throughput.py --lanes $lanes --pytorch-only --problems $problems \
+    timeout $(( ${BATCH_STOP_S:-220} + 60 )) python benchmarks/batch_throughput.py --lanes $lanes --pytorch-only --problems $problems \
       --save "$OUT/batch_${lanes}gpu.jsonl"
   done
   python - "$OUT/batch_1gpu.jsonl" "$OUT/batch_2gpu.jsonl" <<'PY'
@@ -118,9 +118,9 @@ for a, d in zip(alone, during):
 PY
   ;;
 batchbudget) step "the cross-check in batches at a 300 ms and a 1000 ms budget (the false timing-tampering, sixth session)"
-  for budget in 300 1000; do
-    timeout 280 python benchmarks/batch_throughput.py --problems level1/19,level2/51 --budget-ms $budget \
-      --stop-after-s 220 --save "$OUT/batch_b$budget.jsonl" | tail -4
+  for budget in ${BATCH_BUDGETS:-300 1000}; do
+    timeout $(( ${BATCH_STOP_S:-220} + 60 )) python benchmarks/batch_throughput.py --problems level1/19,level2/51 --budget-ms $budget \
+      --stop-after-s ${BATCH_STOP_S:-220} --save "$OUT/batch_b$budget.jsonl" | tail -4
     python - "$OUT/batch_b$budget.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

@@ -70,3 +70,31 @@ def test_shipped_cuda_solution_passes_strict_with_timing(on_gpu):
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert result.protocol == "strict" and all(t.passed for t in result.trials)
     assert "timing-tampering" not in codes(result) and result.timing["candidate"]["median_ms"] > 0
+    assert result.memory["outputs_cross"] == "cuda-ipc"  # the 64 MiB outputs as handles (proc/deviceshare)
+
+
+def test_outputs_through_host_memory_give_the_same_verdict(on_gpu):
+    """The control of the CUDA IPC path: with `device_share` off the same candidate's outputs cross through
+    host memory, and it passes the same way."""
+    result = api.evaluate(SEED, suite.shipped_solutions(suite.find_builtin(SEED).name)["cuda"],
+                          on_gpu.replace(worker={"device_share": False}))
+    assert result.verdict == "pass" and result.memory["outputs_cross"] == "host memory", \
+        [(f.code, f.message) for f in result.findings]
+
+
+def test_a_made_up_device_handle_does_not_open(on_gpu):
+    """A forged CUDA IPC description on a GPU: the driver refuses the handle, the referee calls the reply
+    malformed, and maps nothing."""
+    result = api.evaluate(SEED, CANDIDATES / "referee" / "forged_handle.py", on_gpu)
+    assert result.verdict == "fail" and "tampering" in codes(result), [(f.code, f.message) for f in result.findings]
+    assert any("malformed" in f.message for f in result.findings if f.code == "tampering")
+
+
+def test_a_candidate_past_its_share_of_the_gpus_memory_runs_out_in_its_own_process(on_gpu):
+    """torch's allocator in the worker is capped at --gpu-memory-share (default half): a candidate keeping 60%
+    of the GPU ends in `out-of-memory` (the referee on the same GPU unharmed, no `judge-error`); allowed the
+    whole GPU, the same candidate passes."""
+    capped = api.evaluate(SEED, GPU / "gpu_hog.py", on_gpu)
+    assert outcome(capped) == ("error", {"out-of-memory"}), [(f.code, f.message) for f in capped.findings]
+    whole = api.evaluate(SEED, GPU / "gpu_hog.py", on_gpu.replace(worker={"gpu_memory_share": 1.0}))
+    assert outcome(whole) == ("pass", set()), [(f.code, f.message) for f in whole.findings]

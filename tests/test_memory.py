@@ -111,6 +111,19 @@ def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
     assert all(t.compared_to == "float64" for t in result.trials)
 
 
+@needs_kernelbench
+def test_an_output_whose_rows_are_not_the_batchs_is_not_split(fast, tmp_path):
+    """level1/16, A.T @ B with A of K rows and an output of M: the first input's rows are not the output's,
+    so the float64 reference is not chunked along them (taking the sample's rows of the output ended the
+    evaluation: a device-side assert on the H200, an IndexError here)."""
+    problem = KERNELBENCH / "level1" / "16_Matmul_with_transposed_A.py"
+    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    result = api.evaluate(problem, honest(problem, tmp_path), options,
+                          overrides=(("M", "128"), ("K", "2048"), ("N", "64")))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert result.memory["reference"]["float64"] != "chunked"
+
+
 def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast):
     """On the CPU a stage's figure is the resident set's high-water mark at its end: it never falls from
     one stage to the next, and the last is the process's peak."""

@@ -6,8 +6,12 @@ does not reach them; what its worker claims about time is checked against the ju
 
 from __future__ import annotations
 
+import pytest
+import torch
 from conftest import CANDIDATES, SEED, codes
+
 from kerneljudge import api
+from kerneljudge.proc import deviceshare
 from kerneljudge.stages import measure
 from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
 from kerneljudge.timing import IterationCall
@@ -87,6 +91,26 @@ def test_forged_timing_numbers_are_refused_at_the_boundary(fast):
     assert result.verdict == "fail"
     assert "tampering" in failing(result)
     assert result.timing is None
+
+
+def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
+    """A forged CUDA IPC description (proc/deviceshare) is checked before anything is mapped: on this CPU
+    run there is no GPU to map it on, and the referee says the reply was malformed; on the CPU outputs
+    cross through host memory, and the result says so."""
+    result = judge(fast, "forged_handle")
+    assert result.verdict == "fail" and "tampering" in failing(result)
+    assert any("malformed" in f.message and "no GPU" in f.message for f in result.findings if f.code == "tampering"), \
+        [(f.code, f.message) for f in result.findings]
+    assert result.memory["outputs_cross"] == "host memory"
+
+
+def test_a_shared_description_is_checked_before_the_driver_is_asked():
+    """Malformed descriptions never reach the driver: wrong keys, a handle of the wrong length or not hex,
+    a negative offset."""
+    for description in ({"handle": "ab" * 64}, {"handle": "ab" * 63, "offset": 0}, {"handle": "zz" * 64, "offset": 0},
+                        {"handle": "ab" * 64, "offset": -1}, {"handle": "ab" * 64, "offset": 0, "more": 1}, None):
+        with pytest.raises(deviceshare.ShareError, match="malformed"):
+            deviceshare.copy_shared(description, torch.float32, [4], torch.device("cpu"))
 
 
 def test_baselines_are_timed_where_the_candidate_never_ran(fast):

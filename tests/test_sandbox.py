@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, SEED, codes
 
-from kerneljudge import cache, judgeimports, report, sandbox
+from kerneljudge import builder, cache, judgeimports, report, sandbox
 from kerneljudge.errors import UsageError
+from kerneljudge.isolation import WorkerProcess
+from kerneljudge.proc.lifeline import with_parent
 from kerneljudge.pipeline import evaluate
 from kerneljudge.store import Store
 
@@ -454,3 +456,39 @@ def test_the_judges_mounts_are_the_same_after_a_worker_in_any_layers(fast, off):
     assert result.verdict == "pass" and "pid" in result.sandbox["active"]
     assert Path("/proc/self/mountinfo").read_text() == before
     assert Path("/proc/self/statm").exists()
+
+
+def test_the_launcher_starts_the_worker_at_its_niceness_whatever_the_layers(tmp_path):
+    """Builders run at a lower priority (BUILD_NICENESS) so that a lane timing beside them keeps its cores: the
+    launcher sets the priority before the command starts, with no sandbox layer at all, and the command's
+    children inherit it; niceness 0 leaves the judge's own."""
+    report = ("import os, subprocess, sys; child = subprocess.run([sys.executable, '-S', '-c', "
+              "'import os; print(os.nice(0))'], capture_output=True, text=True).stdout.strip(); "
+              "print(os.nice(0), child)")
+
+    def started_at(niceness: int) -> list[int]:
+        command = with_parent(sandbox.launch_command([sys.executable, "-S", "-c", report], layers=(),
+                                                     writable=[tmp_path], limits={}, niceness=niceness), os.getpid())
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                              env=sandbox.launcher_env(dict(os.environ)), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-500:]
+        return [int(n) for n in done.stdout.split()]
+
+    own = os.nice(0)
+    assert started_at(7) == [own + 7] * 2
+    assert started_at(0) == [own, own]
+
+
+def test_builders_ask_for_the_build_niceness(fast):
+    """`build_one` (the batch's and Ray's builders) starts its worker at BUILD_NICENESS; an evaluation's own
+    worker keeps the default (0)."""
+    asked = []
+
+    def spawn(options):
+        asked.append(options.niceness)
+        return WorkerProcess(options)
+
+    outcome = builder.build_one(CANDIDATES / "core" / "correct.py", fast, "cpu",
+                                spawn=spawn)
+    assert outcome.ok and asked == [builder.BUILD_NICENESS] and builder.BUILD_NICENESS > 0  # below the lanes'
+    assert fast.worker_options().niceness == 0

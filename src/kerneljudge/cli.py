@@ -62,6 +62,9 @@ COMMON_OPTIONS = (
     click.option("--memory-limit-mb", type=int, default=None,
                  help="Memory limit of each judge process on CPU runs, and of the worker's processes together "
                       "wherever a memory cgroup can be made (default: 75% of RAM)."),
+    click.option("--gpu-memory-share", type=float, default=WorkerOptions.gpu_memory_share, show_default=True,
+                 help="Share of the GPU's memory the candidate's process may allocate (the judge's referee "
+                      "keeps the rest)."),
     click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP),
     click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
     click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
@@ -110,7 +113,8 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
                "float64_budget_mb": kw["float64_budget_mb"]},
         timing={"enabled": timing, **({"budget_ms": kw["budget_ms"], "cuda_graph": kw["cuda_graph"],
                                        "baselines": not kw["no_baselines"]} if "budget_ms" in kw else {})},
-        worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"]},
+        worker={"timeout_s": kw["timeout_s"], "memory_limit_mb": kw["memory_limit_mb"],
+                "gpu_memory_share": kw["gpu_memory_share"]},
         cache_dir=kw["cache_dir"] or default_cache_dir(), arch=kw["arch"],
         problems_root=kw["problems_root"] or base.problems_root,
         store_path=None if kw["no_store"] else base.store_path,

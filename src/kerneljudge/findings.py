@@ -55,7 +55,8 @@ def _specs() -> dict[str, Spec]:
         Spec("timeout", "error", "The worker ran past its time limit",
              "Look for an endless loop or a hang (a deadlocked kernel, waiting on input); raise --timeout for slow builds."),
         Spec("out-of-memory", "error", "The candidate ran out of memory",
-             "Allocate what the function needs, not more; check sizes computed from the inputs."),
+             "Allocate what the function needs, not more; check sizes computed from the inputs. On a GPU the "
+             "candidate may use --gpu-memory-share of its memory (default half)."),
         Spec("worker-crashed", "error", "The worker process died",
              "The candidate crashed the process (signal or exit code shown): look for out-of-bounds access in native code."),
         Spec("cuda-error", "error", "A CUDA error poisoned the device context",

@@ -139,7 +139,7 @@ class WorkerProcess:
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
-            hidden=options.hidden, cgroup=self.cgroup, limits=sandbox.limits(
+            hidden=options.hidden, cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
                 options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
 
     def extend_deadline(self, seconds: float) -> None:

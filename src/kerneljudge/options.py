@@ -164,6 +164,11 @@ def memory_limit_bytes(limit_mb: int | None) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * DEFAULT_MEMORY_SHARE)
 
 
+#: The share of a GPU's memory the candidate's process may allocate through torch when
+#: `worker.gpu_memory_share` is not given; the referee, on the same GPU, keeps the rest (its peaks in the
+#: memory sweep were up to 45 GB of the H200's 143, the worker's up to 37 GB: docs/memory-sweep.md).
+DEFAULT_GPU_MEMORY_SHARE = 0.5
+
 #: WorkerOptions fields holding paths (strings in JSON).
 PATH_LISTS = ("writable", "watched", "hidden")
 
@@ -176,6 +181,13 @@ class WorkerOptions:
     # None: DEFAULT_MEMORY_SHARE of RAM. Each process's address space on CPU runs (none on GPUs: CUDA maps far
     # more than it uses), and the worker's processes together on both, where a memory cgroup can be made
     memory_limit_mb: int | None = None
+    # GPU runs: the share of the GPU's memory torch's allocator gives the worker (a candidate over it fails with
+    # out-of-memory instead of starving the referee). Set inside the worker's process: code that calls the
+    # CUDA driver itself, or lifts the cap, gets past it (README, "What the judge trusts")
+    gpu_memory_share: float = DEFAULT_GPU_MEMORY_SHARE
+    # GPU runs: large outputs reach the referee as CUDA IPC handles (proc/deviceshare) where the referee opens
+    # the worker's probe; False: always through host memory
+    device_share: bool = True
     # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup, memory); default from
     # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
@@ -188,6 +200,9 @@ class WorkerOptions:
     max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
     max_file_mb: int = 16384  # largest file the worker may write
     max_open_files: int = 4096
+    # CPU priority (os.nice) of the worker and its children: builders run at BUILD_NICENESS (builder.py) so that
+    # a build beside a judging lane (batches, Ray nodes) does not take the cores its timing runs on
+    niceness: int = 0
     # processes forked by the fork server, torch imported (spawn.py); False: each executed afresh. Default
     # from $KERNELJUDGE_FORK_SERVER ("0" turns it off)
     fork_server: bool = field(default_factory=default_fork_server)
@@ -195,7 +210,7 @@ class WorkerOptions:
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""
         return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.hidden, self.max_processes,
-                self.max_file_mb, self.max_open_files, self.memory_limit_mb)  # the memory cgroup's limit too
+                self.max_file_mb, self.max_open_files, self.memory_limit_mb, self.niceness)  # the memory cgroup's limit too
 
 
 @dataclass(frozen=True)
@@ -269,6 +284,10 @@ class Options:
         _check_number(worker.timeout_s, "worker.timeout_s", above=True, unit=" s")
         _check_number(worker.memory_limit_mb, "worker.memory_limit_mb", integer=True, minimum=256, optional=True,
                       unit=" MB")
+        _check_number(worker.gpu_memory_share, "worker.gpu_memory_share", above=True)
+        if worker.gpu_memory_share > 1:
+            raise UsageError(f"{{argument}} must be a share of the GPU's memory, at most 1 (got "
+                             f"{worker.gpu_memory_share!r})", "worker.gpu_memory_share")
         for name in ("max_processes", "max_file_mb", "max_open_files"):
             _check_number(getattr(worker, name), f"worker.{name}", integer=True, minimum=16)
         unknown = set(worker.sandbox_off) - set(SANDBOX_LAYERS)
@@ -289,7 +308,7 @@ class Options:
         default = Options()
         for path in ("check.trials", "check.atol", "check.rtol", "check.float64_budget_mb", "protocol",
                      "timing.budget_ms",
-                     "worker.timeout_s", "worker.memory_limit_mb", "arch"):
+                     "worker.timeout_s", "worker.memory_limit_mb", "worker.gpu_memory_share", "arch"):
             value = _field(self, path)
             if value is not None and value != _field(default, path):
                 words += [argument_name(path, "cli"), str(value)]

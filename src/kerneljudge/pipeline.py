@@ -186,8 +186,10 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
         with worker, referee, memory_stage.reported(judging, run.memory):
             problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
-                hello = _ping(judging, worker)
-                _ping(judging, referee)
+                hello = _ping(judging, worker, gpu_memory_share=options.worker.gpu_memory_share)
+                checked = _ping(judging, referee, share_probe=hello.get("share_probe") if options.worker.device_share
+                                else None)
+                run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
             with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
@@ -266,8 +268,20 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
                                                files=files[:50]))
 
 
-def _ping(judging: Judging, process: WorkerProcess) -> dict:
-    return judging.take(process.call(protocol.Ping(judging.device, judging.options.worker.memory_limit_mb)), "worker")
+def _ping(judging: Judging, process: WorkerProcess, **given: Any) -> dict:
+    return judging.take(process.call(protocol.Ping(judging.device, judging.options.worker.memory_limit_mb, **given)),
+                        "worker")
+
+
+def _share_outputs(judging: Judging, checked: dict) -> str:
+    """How the candidate's large outputs reach the referee: as CUDA IPC handles where the referee opened the
+    worker's probe (proc/deviceshare), else through host memory (and why)."""
+    if "share_refused" not in checked:
+        return "host memory"
+    refused = checked["share_refused"]
+    if refused is None and judging.take(judging.worker.call(protocol.ShareOutputs()), "worker").get("sharing"):
+        return "cuda-ipc"
+    return f"host memory ({refused or 'the worker did not share'})"
 
 
 def _blocked(judging: Judging) -> bool:

@@ -48,10 +48,15 @@ def from_wire(message: dict[str, Any]) -> Request:
 @request
 @dataclass(frozen=True)
 class Ping(Request):
-    """Confirm the device; CPU runs limit their own memory. Reply: device, versions."""
+    """Confirm the device; CPU runs limit their own memory, the worker on a GPU its share of the GPU's memory
+    (the referee's ping gives none). Reply: device, versions; from the worker on a GPU `share_probe` (a
+    small tensor exported as a CUDA IPC handle: proc/deviceshare), from the referee given that probe
+    `share_refused` (None when it opened, else why not)."""
     op: ClassVar[str] = "ping"
     device: str
     memory_limit_mb: int | None = None
+    gpu_memory_share: float | None = None
+    share_probe: dict[str, Any] | None = None
 
 
 @request
@@ -61,6 +66,14 @@ class Ready(Request):
     pool can wait for a spare's start to end before something is measured (isolation.WorkerPool.settle).
     Reply: nothing."""
     op: ClassVar[str] = "ready"
+
+
+@request
+@dataclass(frozen=True)
+class ShareOutputs(Request):
+    """Worker: from now on hand large CUDA outputs back as CUDA IPC handles of snapshots held until the next
+    request (the referee opened the ping's probe). Reply: sharing."""
+    op: ClassVar[str] = "share-outputs"
 
 
 @request

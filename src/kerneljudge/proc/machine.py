@@ -56,9 +56,11 @@ def versions() -> dict[str, str]:
     return found
 
 
-def take_device(name: str, memory_limit_mb: int | None) -> tuple[torch.device, str | None]:
-    """The device a process is asked to use, made current (CUDA) or with this process's memory limit (CPU);
-    the usage error when it is not there. The first request of the referee and of the worker alike."""
+def take_device(name: str, memory_limit_mb: int | None,
+                gpu_memory_share: float | None = None) -> tuple[torch.device, str | None]:
+    """The device a process is asked to use, made current (CUDA; torch's allocator capped at
+    `gpu_memory_share` of it when given) or with this process's memory limit (CPU); the usage error when it
+    is not there. The first request of the referee and of the worker alike."""
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -66,6 +68,8 @@ def take_device(name: str, memory_limit_mb: int | None) -> tuple[torch.device, s
         if (device.index or 0) >= torch.cuda.device_count():
             return device, f"device {device}: only {torch.cuda.device_count()} GPU(s) visible"
         torch.cuda.set_device(device.index or 0)
+        if gpu_memory_share is not None and gpu_memory_share < 1:
+            torch.cuda.set_per_process_memory_fraction(gpu_memory_share, device.index or 0)
     else:
         limit_memory(memory_limit_mb)
     return device, None

@@ -2,7 +2,9 @@
 
 `pack` runs where the values are (a snapshot taken at once: the bytes are copied off the device and out
 of the process's reach, into the channel or, for a large tensor, straight from the device into a memory
-file sealed before it is named: `sealed`). `unpack` runs on the receiving side and
+file sealed before it is named: `sealed`; or, where the worker was told to share, a large CUDA tensor is
+held and described by its CUDA IPC handle, which the referee copies from at once: `deviceshare`). `unpack` runs
+on the receiving side and
 trusts nothing: every dtype, shape and byte count is checked against the description, and only plain
 numbers, strings, booleans and None come through as non-tensor values (no objects, no pickles).
 
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from kerneljudge import sealed
+from kerneljudge.proc import deviceshare
 
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -55,22 +58,35 @@ def _copy_into(mapped, flat: torch.Tensor) -> None:
     del target
 
 
-def pack_tensor(t: torch.Tensor) -> tuple[dict[str, Any], bytes]:
+def pack_tensor(t: torch.Tensor, share: deviceshare.Exporter | None = None) -> tuple[dict[str, Any], bytes | None]:
+    """A tensor's description and its bytes; None instead of bytes when `share` exported it (a large CUDA
+    tensor: the description then holds its handle under "shared")."""
     dtype = str(t.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
         raise WireError(f"dtype {dtype} cannot cross the channel")
-    return {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}, _bytes_of(t)
+    meta = {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}
+    shared = share.export(t) if share is not None and t.is_cuda and t.numel() * t.element_size() >= sealed.MIN_BYTES \
+        else None
+    if shared is not None:
+        return {**meta, "shared": shared}, None
+    return meta, _bytes_of(t)
 
 
-def pack_values(values: list) -> tuple[list[dict[str, Any]], list[bytes]]:
+def _add(meta: dict[str, Any], data: bytes | None, blobs: list) -> None:
+    """`data` appended to `blobs` and its index noted in `meta`; nothing for an exported tensor."""
+    if data is not None:
+        meta["blob"] = len(blobs)
+        blobs.append(data)
+
+
+def pack_values(values: list, share: deviceshare.Exporter | None = None) -> tuple[list[dict[str, Any]], list[bytes]]:
     """An argument list (tensors and plain values) as descriptions and blobs, in order."""
     meta, blobs = [], []
     for v in values:
         if isinstance(v, torch.Tensor):
-            m, b = pack_tensor(v)
-            m["blob"] = len(blobs)
+            m, b = pack_tensor(v, share)
+            _add(m, b, blobs)
             meta.append(m)
-            blobs.append(b)
         elif v is None or isinstance(v, (bool, int, float, str)):
             meta.append({"t": "value", "v": v})
         elif isinstance(v, (tuple, list)) and all(x is None or isinstance(x, (bool, int, float, str)) for x in v):
@@ -86,8 +102,9 @@ def tensors_of(out) -> list:
     return [t for t in items if isinstance(t, torch.Tensor) and t.numel()]
 
 
-def describe_output(out) -> tuple[dict[str, Any], list[bytes]]:
-    """An output's structure, its tensors' bytes, and what only this process can see about them."""
+def describe_output(out, share: deviceshare.Exporter | None = None) -> tuple[dict[str, Any], list[bytes]]:
+    """An output's structure, its tensors' bytes (or handles, with `share`), and what only this process can
+    see about them."""
     if out is None:
         return {"kind": "none"}, []
     if isinstance(out, torch.Tensor):
@@ -103,9 +120,9 @@ def describe_output(out) -> tuple[dict[str, Any], list[bytes]]:
         fact = {"exact": exact, "type": f"{type(t).__module__}.{type(t).__qualname__}", "device": str(t.device),
                 "storageless": storageless}
         if exact and not storageless:
-            m, b = pack_tensor(t)
-            fact.update(m, blob=len(blobs))
-            blobs.append(b)
+            m, b = pack_tensor(t, share)
+            _add(m, b, blobs)
+            fact.update(m)
         else:
             fact.update(dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
         tensors.append(fact)
@@ -130,6 +147,13 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> to
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
             or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
         raise WireError(f"malformed shape {shape!r}")
+    if "shared" in meta:
+        if not torch.cuda.is_available():
+            raise WireError("a shared CUDA tensor where no GPU is")
+        try:
+            return deviceshare.copy_shared(meta["shared"], dtype, shape, device)
+        except deviceshare.ShareError as exc:
+            raise WireError(str(exc)) from None
     if type(index) is not int or not 0 <= index < len(blobs):
         raise WireError(f"no blob {index!r}")
     data = blobs[index]
@@ -178,5 +202,5 @@ def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device) -> tu
     for fact in facts:
         if not isinstance(fact, dict):
             raise WireError("malformed tensor facts")
-        tensors.append(unpack_tensor(fact, blobs, device) if "blob" in fact else None)
+        tensors.append(unpack_tensor(fact, blobs, device) if "blob" in fact or "shared" in fact else None)
     return meta["kind"], facts, tensors

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import protocol, timing
-from kerneljudge.proc import machine, memory, tensorwire
+from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
 from kerneljudge.proc.inputs import same_bits, seed_generators
 from kerneljudge.proc.profile import output_aliases, profile_calls
@@ -78,7 +78,11 @@ class Referee:
         self.device, missing = machine.take_device(request.device, request.memory_limit_mb)
         if missing:
             return {"usage_error": missing}, []
-        return {"device": machine.describe_device(self.device), "versions": machine.versions()}, []
+        reply = {"device": machine.describe_device(self.device), "versions": machine.versions()}
+        if request.share_probe is not None:
+            reply["share_refused"] = (deviceshare.check_probe(request.share_probe) if self.device.type == "cuda"
+                                      else "not a CUDA device")
+        return reply, []
 
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
         from kerneljudge.worker.build import import_problem

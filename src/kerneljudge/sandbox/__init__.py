@@ -157,13 +157,15 @@ def limits(timeout_s: float, max_file_mb: int, max_processes: int, max_open_file
 
 
 def launch_command(command: list[str], *, layers, writable, limits: dict, hidden=(),
-                   cgroup: "Cgroup | None" = None) -> list[str]:
-    """COMMAND run by the launcher in `layers`, in `cgroup` when given. The launcher's own PARENT word
+                   cgroup: "Cgroup | None" = None, niceness: int = 0) -> list[str]:
+    """COMMAND run by the launcher in `layers`, in `cgroup` when given, at `niceness` (whatever layers are
+    active: a priority, not a protection). The launcher's own PARENT word
     (proc/lifeline.py) is filled by whoever starts it; COMMAND's by the launcher (the worker's parent as the
     worker sees it)."""
     config = {"layers": [name for name in layers if name in LAUNCHED], "writable": [str(Path(w)) for w in writable],
               "hidden": [str(Path(h)) for h in hidden], "limits": limits,
-              "cgroups": {layer: str(path) for layer, path in made_layers(cgroup).items() if path and layer in layers}}
+              "cgroups": {layer: str(path) for layer, path in made_layers(cgroup).items() if path and layer in layers},
+              "niceness": niceness}
     return [sys.executable, "-m", "kerneljudge.sandbox.launch", json.dumps(config), PARENT, "--", *command]
 
 

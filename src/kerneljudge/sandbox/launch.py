@@ -137,7 +137,10 @@ def _namespaces(layers: set[str]) -> None:
 
 
 def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
-    """In the worker before it executes: mount view, /proc, limits, no capabilities, no way back."""
+    """In the worker before it executes: its CPU priority, mount view, /proc, limits, no capabilities, no
+    way back."""
+    if config.get("niceness"):
+        os.nice(config["niceness"])
     if layers & {"mount", "pid", "dev"}:
         _try("mount", lambda: linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE))
     if "dev" in layers:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import protocol
-from kerneljudge.proc import machine, memory, tensorwire
+from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.inputs import equal_bits, make_inputs, seed_generators
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
@@ -51,18 +51,22 @@ class Worker:
         self.session: Session | None = None
         self.timed: TimedModel | None = None
         self.watch = TimedWatch(self.device)
+        self.exporter: deviceshare.Exporter | None = None  # made at the ping on a GPU (its probe)
+        self.share: deviceshare.Exporter | None = None  # the exporter, once the judge said the referee opens it
         self.reported_tampering: set[str] = set()
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
             protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.SetState: self.set_state,
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
-            protocol.Ready: lambda request, blobs: _reply([]),
+            protocol.Ready: lambda request, blobs: _reply([]), protocol.ShareOutputs: self.share_outputs,
         }
         self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
+        if self.exporter is not None:
+            self.exporter.release()  # the last reply's snapshots: the referee copied them before this request
         try:
             request = protocol.from_wire(message)
             handler = self.handlers.get(type(request))
@@ -101,11 +105,22 @@ class Worker:
                        source_file=self._source())
 
     def ping(self, request: protocol.Ping, blobs: list) -> Reply:
-        device, missing = machine.take_device(request.device, request.memory_limit_mb)
+        device, missing = machine.take_device(request.device, request.memory_limit_mb, request.gpu_memory_share)
         if missing:
             return _reply([], usage_error=missing)
         self.device = device
-        return _reply([], device=machine.describe_device(device), versions=machine.versions())
+        probe = None
+        if device.type == "cuda":
+            try:
+                self.exporter = deviceshare.Exporter()
+                probe = self.exporter.probe(device)
+            except deviceshare.ShareError as exc:
+                probe = {"unavailable": str(exc)}
+        return _reply([], device=machine.describe_device(device), versions=machine.versions(), share_probe=probe)
+
+    def share_outputs(self, request: protocol.ShareOutputs, blobs: list) -> Reply:
+        self.share = self.exporter
+        return _reply([], sharing=self.share is not None)
 
     def compile(self, request: protocol.CompileOnly, blobs: list) -> Reply:
         candidate = request.candidate
@@ -197,10 +212,10 @@ class Worker:
         called = self._call(args, "ModelNew.forward", "check")
         if called.failure:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
-        output, out_blobs = tensorwire.describe_output(called.value)  # the snapshot, before anything else runs
+        output, out_blobs = tensorwire.describe_output(called.value, self.share)  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            data["inputs_after"], after_blobs = tensorwire.pack_values(args)
+            data["inputs_after"], after_blobs = tensorwire.pack_values(args, self.share)
             for meta in data["inputs_after"]:
                 if "blob" in meta:
                     meta["blob"] += len(out_blobs)
@@ -287,12 +302,12 @@ class Worker:
         if first.failure:
             return _reply([first.failure.finding], poisoned=first.failure.poisoned)
         second_args = draw()
-        first_meta, first_blobs = tensorwire.describe_output(first.value)
+        first_meta, first_blobs = tensorwire.describe_output(first.value, self.share)
         poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
         if second.failure:
             return _reply([second.failure.finding], poisoned=second.failure.poisoned)
-        second_meta, second_blobs = tensorwire.describe_output(second.value)
+        second_meta, second_blobs = tensorwire.describe_output(second.value, self.share)
         for fact in second_meta.get("tensors", []):
             if "blob" in fact:
                 fact["blob"] += len(first_blobs)
@@ -359,7 +374,7 @@ class Worker:
         later = [o for i, o in self.timed.outputs.items() if i > request.index]
         reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in tensorwire.tensors_of(out)
                      for other in later for b in tensorwire.tensors_of(other))
-        output, out_blobs = tensorwire.describe_output(out)
+        output, out_blobs = tensorwire.describe_output(out, self.share)
         return _reply([], blobs=out_blobs, output=output, reused=reused)
 
 

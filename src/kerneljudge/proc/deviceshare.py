@@ -1,0 +1,168 @@
+"""Large CUDA outputs cross from the worker to the referee as CUDA IPC handles instead of through host memory.
+
+Through host memory a 64 MiB output costs a device-to-host copy in the worker, a sealed memory file and a
+host-to-device copy in the referee: about 1 GB/s end to end on the H200 host, the largest item of an
+evaluation's time at KernelBench's sizes (docs/benchmarks.md, sixth session). With CUDA IPC the worker
+keeps the output (a contiguous copy of it where it is not contiguous), waits for the caller's stream, and
+hands over the driver's handle of the allocation holding it; the referee maps that allocation, copies the
+bytes into its own memory at device speed and unmaps it at once.
+
+What it trusts, and what not:
+- Only the worker exports; the referee never hands its own memory to a process that runs candidate code.
+- The handle, the offset and the size are checked: the referee asks the driver for the range it mapped
+  and copies only bytes inside it; a handle that does not open is a malformed reply (`WireError`).
+- The output stays in the candidate's process, held, until the worker's next request, so code the
+  candidate left running could still write into it before the referee copied (a sealed memory file could
+  not be changed after the reply). What that buys is nothing the candidate did not have: its process could
+  always send any bytes it liked, a timed call's output is exported after its batch anyway (kept in the
+  worker meanwhile), and what bounds lazy or hidden work is the referee's own end-to-end time of each timed
+  batch. The judge relays every worker reply to the referee before the worker's next request
+  (stages/context.py), which is what lets the worker let go of the outputs then.
+- Whether handles open at all (the driver, the sandbox's namespaces) is asked once per evaluation with a
+  small probe (pipeline.py); where it fails, outputs cross through host memory as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from typing import Any
+
+import torch
+
+HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
+LAZY_ENABLE_PEER_ACCESS = 0x1
+PROBE_ELEMENTS = 4096
+
+
+class ShareError(ValueError):
+    """A handle that cannot be exported or opened, or a description that does not fit what it maps."""
+
+
+class _Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * HANDLE_BYTES)]
+
+
+class _Driver:
+    """The four driver calls this needs, from the process's libcuda (loaded by torch)."""
+
+    def __init__(self) -> None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            self.get_handle = lib.cuIpcGetMemHandle
+            self.open = getattr(lib, "cuIpcOpenMemHandle_v2", None) or lib.cuIpcOpenMemHandle
+            self.close = lib.cuIpcCloseMemHandle
+            self.range = getattr(lib, "cuMemGetAddressRange_v2", None) or lib.cuMemGetAddressRange
+        except (OSError, AttributeError) as exc:
+            raise ShareError(f"the CUDA driver's IPC calls are not available: {exc}") from None
+        self.get_handle.argtypes = [ctypes.POINTER(_Handle), ctypes.c_uint64]
+        self.open.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
+        self.close.argtypes = [ctypes.c_uint64]
+        self.range.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+        for fn in (self.get_handle, self.open, self.close, self.range):
+            fn.restype = ctypes.c_int
+
+    def allocation_of(self, pointer: int) -> tuple[int, int]:
+        """(base, size) of the device allocation holding `pointer`."""
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        _check(self.range(ctypes.byref(base), ctypes.byref(size), pointer), "cuMemGetAddressRange")
+        return base.value, size.value
+
+
+def _check(status: int, call: str) -> None:
+    if status != 0:
+        raise ShareError(f"{call} failed (CUDA driver error {status})")
+
+
+class Exporter:
+    """The worker's side: outputs exported, held until `release` (the worker's next request)."""
+
+    def __init__(self) -> None:
+        self.driver = _Driver()
+        self.held: list[torch.Tensor] = []
+
+    def export(self, t: torch.Tensor) -> dict[str, Any] | None:
+        """`t` (a CUDA tensor; a contiguous copy of it where it is not contiguous), held, its work on the
+        current stream finished, and described as the handle of its allocation and its offset there; None
+        where the copy does not fit or the allocation cannot be exported (torch's expandable segments, the
+        driver's own pools): that tensor then crosses through host memory.
+
+        Not a copy of a contiguous output: a copy would add an output's size to the worker's peak (6.0x an
+        elementwise problem's footprint against 5.1x, H200) and fix nothing, since the copy too stays in the
+        candidate's process until the referee read it."""
+        try:
+            shared = t.detach() if t.is_contiguous() else t.detach().contiguous()
+        except torch.OutOfMemoryError:
+            return None
+        torch.cuda.current_stream(t.device).synchronize()
+        handle = _Handle()
+        try:
+            base, _ = self.driver.allocation_of(shared.data_ptr())
+            _check(self.driver.get_handle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
+        except ShareError:
+            return None
+        self.held.append(shared)
+        return {"handle": bytes(handle).hex(), "offset": shared.data_ptr() - base}
+
+    def release(self) -> None:
+        self.held.clear()
+
+    def probe(self, device: torch.device) -> dict[str, Any]:
+        """The handshake's probe: PROBE_ELEMENTS int32 counting up (`check_probe` opens it)."""
+        exported = self.export(torch.arange(PROBE_ELEMENTS, dtype=torch.int32, device=device))
+        if exported is None:
+            raise ShareError("this process's allocations cannot be exported")
+        return exported
+
+
+def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
+    """The referee's side: a tensor of its own holding the `shape`/`dtype` bytes the described handle maps,
+    on `device` (the CPU too); ShareError when the description is malformed, the handle does not open or
+    the bytes would reach past the allocation it maps."""
+    if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
+            and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
+            and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
+        raise ShareError("a malformed shared-memory description")
+    driver = _Driver()
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    target = torch.empty(shape, dtype=dtype, device=device)
+    if not nbytes:
+        return target
+    handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
+    base = ctypes.c_uint64()
+    _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
+    try:
+        start, size = driver.allocation_of(base.value)
+        offset = description["offset"]
+        if base.value + offset + nbytes > start + size:
+            raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
+        source = torch.as_tensor(_Span(base.value + offset, nbytes), device=f"cuda:{torch.cuda.current_device()}")
+        target.reshape(-1).view(torch.uint8).copy_(source)
+        del source
+        torch.cuda.current_stream().synchronize()
+    finally:
+        driver.close(base.value)
+    return target
+
+
+def check_probe(description: Any) -> str | None:
+    """None when the worker's probe opens here and holds what it should; else why not (the host path then)."""
+    if isinstance(description, dict) and isinstance(description.get("unavailable"), str):
+        return f"the worker could not export: {description['unavailable'][:300]}"
+    try:
+        device = torch.device("cuda", torch.cuda.current_device())
+        got = copy_shared(description, torch.int32, [PROBE_ELEMENTS], device)
+    except ShareError as exc:
+        return str(exc)
+    if not torch.equal(got, torch.arange(PROBE_ELEMENTS, dtype=torch.int32, device=device)):
+        return "the probe's bytes differ"
+    return None
+
+
+class _Span:
+    """`nbytes` of device memory at `address`, as the CUDA array interface describes them (torch.as_tensor
+    views them without a copy)."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False),
+                                         "version": 3, "strides": None, "stream": None}
