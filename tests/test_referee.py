@@ -94,12 +94,13 @@ def test_forged_timing_numbers_are_refused_at_the_boundary(fast):
 
 
 def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
-    """A forged CUDA IPC description (proc/deviceshare) is checked before anything is mapped: on this CPU
-    run there is no GPU to map it on, and the referee says the reply was malformed; on the CPU outputs
-    cross through host memory, and the result says so."""
+    """A forged CUDA IPC description (proc/deviceshare) from a worker whose probe the referee never opened
+    (a CPU run: no probe) is a malformed reply, and the driver is never asked; on the CPU outputs cross
+    through host memory, and the result says so."""
     result = judge(fast, "forged_handle")
     assert result.verdict == "fail" and "tampering" in failing(result)
-    assert any("malformed" in f.message and "no GPU" in f.message for f in result.findings if f.code == "tampering"), \
+    assert any("malformed" in f.message and "no sharing was agreed" in f.message
+               for f in result.findings if f.code == "tampering"), \
         [(f.code, f.message) for f in result.findings]
     assert result.memory["outputs_cross"] == "host memory"
 

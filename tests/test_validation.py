@@ -165,3 +165,12 @@ def test_blocking_errors_have_one_severity_name_everywhere(kj):
         rc, human, _ = kj("eval", str(CORE.parent / "no_problem.py") if name == "missing.py" else SEED,
                           str(CORE / name), *CPU)
         assert rc == 2 and "?" not in human.splitlines()[0], human
+
+
+@pytest.mark.parametrize("field, value", [("niceness", -1), ("niceness", 20), ("niceness", 1.5),
+                                          ("gpu_memory_share", 0), ("gpu_memory_share", 1.5)])
+def test_worker_priority_and_gpu_share_out_of_range_are_usage_errors(field, value):
+    """A negative niceness would make the launcher fail for a user without privileges (os.nice refuses),
+    a share outside (0, 1] is no share of a GPU: both are said before any worker starts."""
+    with pytest.raises(UsageError, match=field):
+        Options().replace(worker={field: value}).validate()

@@ -64,7 +64,7 @@ COMMON_OPTIONS = (
                       "wherever a memory cgroup can be made (default: 75% of RAM)."),
     click.option("--gpu-memory-share", type=float, default=WorkerOptions.gpu_memory_share, show_default=True,
                  help="Share of the GPU's memory the candidate's process may allocate (the judge's referee "
-                      "keeps the rest)."),
+                      "keeps the rest; each lane's worker with --lanes-per-gpu above 1)."),
     click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP),
     click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
     click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),

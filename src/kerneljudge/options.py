@@ -285,6 +285,9 @@ class Options:
         _check_number(worker.memory_limit_mb, "worker.memory_limit_mb", integer=True, minimum=256, optional=True,
                       unit=" MB")
         _check_number(worker.gpu_memory_share, "worker.gpu_memory_share", above=True)
+        if not (type(worker.niceness) is int and 0 <= worker.niceness <= 19):
+            raise UsageError(f"{{argument}} must be an integer from 0 to 19 (got {worker.niceness!r})",
+                             "worker.niceness")
         if worker.gpu_memory_share > 1:
             raise UsageError(f"{{argument}} must be a share of the GPU's memory, at most 1 (got "
                              f"{worker.gpu_memory_share!r})", "worker.gpu_memory_share")

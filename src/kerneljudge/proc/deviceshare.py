@@ -25,6 +25,7 @@ What it trusts, and what not:
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from typing import Any
 
@@ -81,17 +82,18 @@ class Exporter:
         self.driver = _Driver()
         self.held: list[torch.Tensor] = []
 
-    def export(self, t: torch.Tensor) -> dict[str, Any] | None:
-        """`t` (a CUDA tensor; a contiguous copy of it where it is not contiguous), held, its work on the
-        current stream finished, and described as the handle of its allocation and its offset there; None
-        where the copy does not fit or the allocation cannot be exported (torch's expandable segments, the
-        driver's own pools): that tensor then crosses through host memory.
+    def export(self, t: torch.Tensor, copy: bool = False) -> dict[str, Any] | None:
+        """`t` (a CUDA tensor; a contiguous copy of it where it is not contiguous, or with `copy`), held, its
+        work on the current stream finished, and described as the handle of its allocation and its offset
+        there; None where the copy does not fit or the allocation cannot be exported (torch's expandable
+        segments, the driver's own pools): that tensor then crosses through host memory.
 
-        Not a copy of a contiguous output: a copy would add an output's size to the worker's peak (6.0x an
-        elementwise problem's footprint against 5.1x, H200) and fix nothing, since the copy too stays in the
-        candidate's process until the referee read it."""
+        A copy only where candidate code runs again before the reply (the repeat probe's first output):
+        otherwise it would add an output's size to the worker's peak (6.0x an elementwise problem's
+        footprint against 5.1x, H200) and fix nothing, since the copy too stays in the candidate's process
+        until the referee read it."""
         try:
-            shared = t.detach() if t.is_contiguous() else t.detach().contiguous()
+            shared = t.detach().clone(memory_format=torch.contiguous_format) if copy else t.detach().contiguous()
         except torch.OutOfMemoryError:
             return None
         torch.cuda.current_stream(t.device).synchronize()
@@ -118,28 +120,36 @@ class Exporter:
 def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
     """The referee's side: a tensor of its own holding the `shape`/`dtype` bytes the described handle maps,
     on `device` (the CPU too); ShareError when the description is malformed, the handle does not open or
-    the bytes would reach past the allocation it maps."""
+    the bytes would reach past the allocation it maps. Nothing is allocated for the tensor before its
+    bytes are known to lie inside that allocation (a shape is the worker's claim)."""
     if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
             and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
             and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
         raise ShareError("a malformed shared-memory description")
-    driver = _Driver()
-    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-    target = torch.empty(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()  # Python ints: no overflow
     if not nbytes:
-        return target
+        return torch.empty(shape, dtype=dtype, device=device)
+    driver = _Driver()
     handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
     base = ctypes.c_uint64()
+    torch.cuda.init()
     _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
     try:
         start, size = driver.allocation_of(base.value)
         offset = description["offset"]
         if base.value + offset + nbytes > start + size:
             raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
-        source = torch.as_tensor(_Span(base.value + offset, nbytes), device=f"cuda:{torch.cuda.current_device()}")
-        target.reshape(-1).view(torch.uint8).copy_(source)
-        del source
-        torch.cuda.current_stream().synchronize()
+        target = torch.empty(shape, dtype=dtype, device=device)
+        try:
+            source = torch.as_tensor(_Span(base.value + offset, nbytes),
+                                     device=f"cuda:{torch.cuda.current_device()}")
+            target.reshape(-1).view(torch.uint8).copy_(source)
+            del source
+            torch.cuda.current_stream().synchronize()
+        except RuntimeError as exc:  # not OutOfMemoryError (the referee's own want): the memory shared
+            if isinstance(exc, torch.OutOfMemoryError):
+                raise
+            raise ShareError(f"the shared bytes could not be read: {type(exc).__name__}: {exc}") from None
     finally:
         driver.close(base.value)
     return target
@@ -152,8 +162,8 @@ def check_probe(description: Any) -> str | None:
     try:
         device = torch.device("cuda", torch.cuda.current_device())
         got = copy_shared(description, torch.int32, [PROBE_ELEMENTS], device)
-    except ShareError as exc:
-        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the probe, outputs cross through host memory
+        return f"{type(exc).__name__}: {exc}"[:300]
     if not torch.equal(got, torch.arange(PROBE_ELEMENTS, dtype=torch.int32, device=device)):
         return "the probe's bytes differ"
     return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -58,14 +58,18 @@ def _copy_into(mapped, flat: torch.Tensor) -> None:
     del target
 
 
-def pack_tensor(t: torch.Tensor, share: deviceshare.Exporter | None = None) -> tuple[dict[str, Any], bytes | None]:
-    """A tensor's description and its bytes; None instead of bytes when `share` exported it (a large CUDA
+#: How a large CUDA tensor is shared (deviceshare.Exporter.export): its description, or None to send its bytes.
+Export = Callable[[torch.Tensor], "dict[str, Any] | None"]
+
+
+def pack_tensor(t: torch.Tensor, export: Export | None = None) -> tuple[dict[str, Any], bytes | None]:
+    """A tensor's description and its bytes; None instead of bytes when `export` shared it (a large CUDA
     tensor: the description then holds its handle under "shared")."""
     dtype = str(t.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
         raise WireError(f"dtype {dtype} cannot cross the channel")
     meta = {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}
-    shared = share.export(t) if share is not None and t.is_cuda and t.numel() * t.element_size() >= sealed.MIN_BYTES \
+    shared = export(t) if export is not None and t.is_cuda and t.numel() * t.element_size() >= sealed.MIN_BYTES \
         else None
     if shared is not None:
         return {**meta, "shared": shared}, None
@@ -79,12 +83,12 @@ def _add(meta: dict[str, Any], data: bytes | None, blobs: list) -> None:
         blobs.append(data)
 
 
-def pack_values(values: list, share: deviceshare.Exporter | None = None) -> tuple[list[dict[str, Any]], list[bytes]]:
+def pack_values(values: list, export: Export | None = None) -> tuple[list[dict[str, Any]], list[bytes]]:
     """An argument list (tensors and plain values) as descriptions and blobs, in order."""
     meta, blobs = [], []
     for v in values:
         if isinstance(v, torch.Tensor):
-            m, b = pack_tensor(v, share)
+            m, b = pack_tensor(v, export)
             _add(m, b, blobs)
             meta.append(m)
         elif v is None or isinstance(v, (bool, int, float, str)):
@@ -102,8 +106,8 @@ def tensors_of(out) -> list:
     return [t for t in items if isinstance(t, torch.Tensor) and t.numel()]
 
 
-def describe_output(out, share: deviceshare.Exporter | None = None) -> tuple[dict[str, Any], list[bytes]]:
-    """An output's structure, its tensors' bytes (or handles, with `share`), and what only this process can
+def describe_output(out, export: Export | None = None) -> tuple[dict[str, Any], list[bytes]]:
+    """An output's structure, its tensors' bytes (or handles, with `export`), and what only this process can
     see about them."""
     if out is None:
         return {"kind": "none"}, []
@@ -120,7 +124,7 @@ def describe_output(out, share: deviceshare.Exporter | None = None) -> tuple[dic
         fact = {"exact": exact, "type": f"{type(t).__module__}.{type(t).__qualname__}", "device": str(t.device),
                 "storageless": storageless}
         if exact and not storageless:
-            m, b = pack_tensor(t, share)
+            m, b = pack_tensor(t, export)
             _add(m, b, blobs)
             fact.update(m)
         else:
@@ -136,7 +140,9 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return 0
 
 
-def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> torch.Tensor:
+def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, shared: bool = False) -> torch.Tensor:
+    """The tensor a description names, checked; `shared`: whether a CUDA IPC description may be taken (only
+    where the referee opened this worker's probe: otherwise none was agreed, and none is opened)."""
     if not isinstance(meta, dict) or meta.get("t") != "tensor":
         raise WireError("expected a tensor description")
     dtype = DTYPES.get(meta.get("dtype"))
@@ -148,8 +154,8 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> to
             or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
         raise WireError(f"malformed shape {shape!r}")
     if "shared" in meta:
-        if not torch.cuda.is_available():
-            raise WireError("a shared CUDA tensor where no GPU is")
+        if not shared:
+            raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
         try:
             return deviceshare.copy_shared(meta["shared"], dtype, shape, device)
         except deviceshare.ShareError as exc:
@@ -171,7 +177,7 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device) -> to
     return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
-def unpack_values(meta: list, blobs: list, device: torch.device) -> list:
+def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = False) -> list:
     """The inverse of pack_values; raises WireError on anything that is not what it says."""
     if not isinstance(meta, list):
         raise WireError("expected a list of values")
@@ -185,11 +191,12 @@ def unpack_values(meta: list, blobs: list, device: torch.device) -> list:
                 raise WireError("a non-tensor value that is not a plain number, string or list of them")
             values.append(tuple(v) if m.get("seq") == "tuple" else v)
         else:
-            values.append(unpack_tensor(m, blobs, device))
+            values.append(unpack_tensor(m, blobs, device, shared))
     return values
 
 
-def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device) -> tuple[str, list[dict], list]:
+def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
+                  shared: bool = False) -> tuple[str, list[dict], list]:
     """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
         raise WireError("malformed output description")
@@ -202,5 +209,5 @@ def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device) -> tu
     for fact in facts:
         if not isinstance(fact, dict):
             raise WireError("malformed tensor facts")
-        tensors.append(unpack_tensor(fact, blobs, device) if "blob" in fact or "shared" in fact else None)
+        tensors.append(unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None)
     return meta["kind"], facts, tensors

@@ -48,6 +48,7 @@ def _clock_ns() -> int:
 class Referee:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
+        self.accepts_shared = False  # CUDA IPC descriptions from the worker: only once its probe opened here
         self.session: RefereeSession | None = None
         self.timed: TimedModel | None = None
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
@@ -82,6 +83,7 @@ class Referee:
         if request.share_probe is not None:
             reply["share_refused"] = (deviceshare.check_probe(request.share_probe) if self.device.type == "cuda"
                                       else "not a CUDA device")
+            self.accepts_shared = reply["share_refused"] is None
         return reply, []
 
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
@@ -125,7 +127,7 @@ class Referee:
         return {"inputs": meta, "reference": reference}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
-        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device)
+        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
         return compare.Received(kind, facts, tensors, str(description.get("type", "")))
 
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
@@ -137,7 +139,7 @@ class Referee:
             received = self._received(request.output, blobs)
             # the inputs after the call stay in host memory: compared block by block (same_bits), they need no
             # second device copy of the inputs beside the kept ones
-            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"))
+            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"), self.accepts_shared)
                      if request.inputs_after is not None else None)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:

@@ -118,6 +118,13 @@ class Worker:
                 probe = {"unavailable": str(exc)}
         return _reply([], device=machine.describe_device(device), versions=machine.versions(), share_probe=probe)
 
+    def _export(self, copy: bool = False) -> tensorwire.Export | None:
+        """How large CUDA outputs are handed back: shared (a copy with `copy`: candidate code runs again
+        before the reply), or None (through host memory)."""
+        if self.share is None:
+            return None
+        return (lambda t: self.share.export(t, copy=True)) if copy else self.share.export
+
     def share_outputs(self, request: protocol.ShareOutputs, blobs: list) -> Reply:
         self.share = self.exporter
         return _reply([], sharing=self.share is not None)
@@ -212,10 +219,10 @@ class Worker:
         called = self._call(args, "ModelNew.forward", "check")
         if called.failure:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
-        output, out_blobs = tensorwire.describe_output(called.value, self.share)  # the snapshot, before anything else runs
+        output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            data["inputs_after"], after_blobs = tensorwire.pack_values(args, self.share)
+            data["inputs_after"], after_blobs = tensorwire.pack_values(args, self._export())
             for meta in data["inputs_after"]:
                 if "blob" in meta:
                     meta["blob"] += len(out_blobs)
@@ -302,12 +309,12 @@ class Worker:
         if first.failure:
             return _reply([first.failure.finding], poisoned=first.failure.poisoned)
         second_args = draw()
-        first_meta, first_blobs = tensorwire.describe_output(first.value, self.share)
+        first_meta, first_blobs = tensorwire.describe_output(first.value, self._export(copy=True))
         poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
         if second.failure:
             return _reply([second.failure.finding], poisoned=second.failure.poisoned)
-        second_meta, second_blobs = tensorwire.describe_output(second.value, self.share)
+        second_meta, second_blobs = tensorwire.describe_output(second.value, self._export())
         for fact in second_meta.get("tensors", []):
             if "blob" in fact:
                 fact["blob"] += len(first_blobs)
@@ -374,7 +381,7 @@ class Worker:
         later = [o for i, o in self.timed.outputs.items() if i > request.index]
         reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in tensorwire.tensors_of(out)
                      for other in later for b in tensorwire.tensors_of(other))
-        output, out_blobs = tensorwire.describe_output(out, self.share)
+        output, out_blobs = tensorwire.describe_output(out, self._export())
         return _reply([], blobs=out_blobs, output=output, reused=reused)
 
 
@@ -397,7 +404,10 @@ def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
     for n in wanted:
         if 2 * n > free:
             continue
-        blocks.append(torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        try:
+            blocks.append(torch.empty(n, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        except torch.OutOfMemoryError:  # the device had room, the worker's share of it (--gpu-memory-share) not
+            break
         free -= n
     del blocks
 
