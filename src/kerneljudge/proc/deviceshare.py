@@ -82,18 +82,18 @@ class Exporter:
         self.driver = _Driver()
         self.held: list[torch.Tensor] = []
 
-    def export(self, t: torch.Tensor, copy: bool = False) -> dict[str, Any] | None:
-        """`t` (a CUDA tensor; a contiguous copy of it where it is not contiguous, or with `copy`), held, its
-        work on the current stream finished, and described as the handle of its allocation and its offset
-        there; None where the copy does not fit or the allocation cannot be exported (torch's expandable
-        segments, the driver's own pools): that tensor then crosses through host memory.
+    def export(self, t: torch.Tensor) -> dict[str, Any] | None:
+        """`t` (a CUDA tensor; a contiguous copy of it where it is not contiguous), held, its work on the
+        current stream finished, and described as the handle of its allocation and its offset there; None
+        where the copy does not fit or the allocation cannot be exported (torch's expandable segments, the
+        driver's own pools): that tensor then crosses through host memory.
 
-        A copy only where candidate code runs again before the reply (the repeat probe's first output):
-        otherwise it would add an output's size to the worker's peak (6.0x an elementwise problem's
-        footprint against 5.1x, H200) and fix nothing, since the copy too stays in the candidate's process
-        until the referee read it."""
+        Not a copy of a contiguous output: a copy would add an output's size to the worker's peak (6.0x an
+        elementwise problem's footprint against 5.1x, H200) and fix nothing, since the copy too stays in the
+        candidate's process until the referee read it. Where candidate code runs again before the reply
+        (the repeat probe's first output), the worker sends that output through host memory instead."""
         try:
-            shared = t.detach().clone(memory_format=torch.contiguous_format) if copy else t.detach().contiguous()
+            shared = t.detach().contiguous()
         except torch.OutOfMemoryError:
             return None
         torch.cuda.current_stream(t.device).synchronize()

@@ -118,12 +118,9 @@ class Worker:
                 probe = {"unavailable": str(exc)}
         return _reply([], device=machine.describe_device(device), versions=machine.versions(), share_probe=probe)
 
-    def _export(self, copy: bool = False) -> tensorwire.Export | None:
-        """How large CUDA outputs are handed back: shared (a copy with `copy`: candidate code runs again
-        before the reply), or None (through host memory)."""
-        if self.share is None:
-            return None
-        return (lambda t: self.share.export(t, copy=True)) if copy else self.share.export
+    def _export(self) -> tensorwire.Export | None:
+        """How large CUDA outputs are handed back: shared, or None (through host memory)."""
+        return self.share.export if self.share is not None else None
 
     def share_outputs(self, request: protocol.ShareOutputs, blobs: list) -> Reply:
         self.share = self.exporter
@@ -301,15 +298,18 @@ class Worker:
                       native_growth=me.num_threads() - native_before)
 
     def _repeat(self, draw: Callable[[], list]) -> Reply:
-        """Two calls on separate draws of the same values (at different addresses: the first's is kept), both
-        outputs handed back, and whether the second returned memory the first still holds. The second draw
-        is made before the free memory is poisoned."""
+        """Two calls on separate draws of the same values (at different addresses: the second is drawn while
+        the first's inputs are still held, and those are let go only then), both outputs handed back, and
+        whether the second returned memory the first still holds. The second draw is made before the free
+        memory is poisoned. The first output goes through host memory (a snapshot, since candidate code
+        runs again before the reply, and no second copy of it on the device beside the first)."""
         first_args = draw()
         first = self._call(first_args, "ModelNew.forward (probe repeat)", "probe")
         if first.failure:
             return _reply([first.failure.finding], poisoned=first.failure.poisoned)
         second_args = draw()
-        first_meta, first_blobs = tensorwire.describe_output(first.value, self._export(copy=True))
+        del first_args
+        first_meta, first_blobs = tensorwire.describe_output(first.value)
         poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
         if second.failure:
