@@ -66,7 +66,7 @@ class Worker:
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
         if self.exporter is not None:
-            self.exporter.release()  # the last reply's snapshots: the referee copied them before this request
+            self.exporter.release()  # the last reply's shared outputs: the referee copied them before this request
         try:
             request = protocol.from_wire(message)
             handler = self.handlers.get(type(request))
