@@ -25,6 +25,7 @@ What it trusts, and what not:
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import re
 from typing import Any
@@ -70,6 +71,12 @@ class _Driver:
         return base.value, size.value
 
 
+@functools.cache
+def _driver() -> _Driver:
+    """The process's driver calls, looked up once (the referee opens a handle per tensor received)."""
+    return _Driver()
+
+
 def _check(status: int, call: str) -> None:
     if status != 0:
         raise ShareError(f"{call} failed (CUDA driver error {status})")
@@ -79,7 +86,7 @@ class Exporter:
     """The worker's side: outputs exported, held until `release` (the worker's next request)."""
 
     def __init__(self) -> None:
-        self.driver = _Driver()
+        self.driver = _driver()
         self.held: list[torch.Tensor] = []
 
     def export(self, t: torch.Tensor) -> dict[str, Any] | None:
@@ -129,7 +136,7 @@ def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: 
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()  # Python ints: no overflow
     if not nbytes:
         return torch.empty(shape, dtype=dtype, device=device)
-    driver = _Driver()
+    driver = _driver()
     handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
     base = ctypes.c_uint64()
     torch.cuda.init()
