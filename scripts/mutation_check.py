@@ -164,6 +164,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "                _within(compiled.get(\"median_ms\"), now, COMPILE_EAGER_FACTOR):",
              "if compiled:",
              (_k(KILLS, "cached_compile_time"),)),
+    Mutation("lane-baselines-reused-unchecked", "stages/measure.py",
+             "if short is not None and _agrees(short.stats.median_ms, memo[\"eager\"][\"median_ms\"]):",
+             "if short is not None:",
+             (_k(KILLS, "kept_baselines"),), "a batch lane's baselines reused whatever this run measures"),
     # --- the verdict, the hidden re-check, the store ----------------------------------------------------
     Mutation("verdict-ignores-fail-findings", "records.py",
              "if not trials or not all(t.passed for t in trials) or any(f.severity == \"fail\" for f in findings):",

@@ -9,6 +9,7 @@ beside an eager time that agrees. All but the last are real evaluations (worker 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -201,8 +202,7 @@ def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fas
 
     def fake_measure(j, process, model, stop, clock_ms, check=False):
         measured.append(model)
-        ms = eager_ms if model == "eager" else compiled_ms
-        return timing.Measurement((ms,) * 20, timing.Stats.from_samples([ms] * 20), "min-runs", 3, 20 * ms), None, 0, None
+        return _stand_in(eager_ms if model == "eager" else compiled_ms), None, 0, None
 
     monkeypatch.setattr(measure, "_measure", fake_measure)
     options = fast.replace(cache_dir=tmp_path, timing={"enabled": True, "baselines": True, "compile_baseline": True})
@@ -214,6 +214,42 @@ def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fas
         assert measured == ["eager"] and cached == ["compile"] and found["compile"]["median_ms"] == planted_ms
     else:
         assert measured == ["eager", "compile"] and cached == [] and found["compile"]["median_ms"] == compiled_ms
+
+
+def _stand_in(ms: float):
+    """A measurement of 20 runs of `ms` each, in place of one the machine would make."""
+    from kerneljudge import timing
+    return timing.Measurement((ms,) * 20, timing.Stats.from_samples([ms] * 20), "min-runs", 3, 20 * ms)
+
+
+def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(fast, monkeypatch):
+    """A batch lane's baselines (`Judging.baselines`) with stand-in measurements, since an evaluation's own
+    are only as steady as the machine: measured in full for the lane's first candidate of a problem; reused
+    while a later one's short eager time is within COMPILE_CACHE_FACTOR (2) of the kept one; else measured
+    in full again and kept."""
+    from kerneljudge.stages import measure
+    from kerneljudge.stages.context import Judging
+
+    medians, asked = iter([1.0, 1.5, 3.0, 2.5, 2.0]), []
+
+    def fake_measure(j, process, model, stop, clock_ms, check=False):
+        asked.append((model, "short" if stop is measure.CALIBRATION else "full"))
+        ms = next(medians)
+        return _stand_in(ms), f"timer {ms}", 0, None
+
+    monkeypatch.setattr(measure, "_measure", fake_measure)
+    j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), None, None, "cpu")
+    j.baselines = {}
+    stop = dataclasses.replace(measure.CALIBRATION)  # the full stop rule: any but the short one
+
+    def baselines():
+        found, cached = measure._baselines(j, stop, lambda: 0.0, "the-problem")
+        return found["eager"]["median_ms"], found["_eager_timer"], cached
+
+    assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full")]
+    assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer
+    assert baselines() == (2.5, "timer 2.5", []) and asked[2:] == [("eager", "short"), ("eager", "full")]
+    assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
 
 
 # --- the parameter probes change buffers too -------------------------------------------------------------
