@@ -106,11 +106,21 @@ def row(problem: Path, result, wall_s: float, overrides) -> dict:
     return {"problem": f"{problem.parent.name}/{problem.stem}", "verdict": result.verdict, "codes": errors,
             "message": message[:200], "judge_peak_bytes": memory.get("judge_peak_bytes"),
             "footprint_bytes": footprint, "ratio": memory.get("peak_over_footprint"),
+            "sum_ratio": round(memory["processes_peak_sum_bytes"] / footprint, 2)  # as both peaks fell at once
+            if footprint and memory.get("processes_peak_sum_bytes") else None,
             "float64": (memory.get("reference") or {}).get("float64"), "wall_s": round(wall_s, 1),
             "stage_peaks": memory.get("stages"),  # where the peak came from (stages/memory.mark_stage)
             "stage_ms": result.stage_ms,  # where the wall time went
             "outputs_cross": memory.get("outputs_cross"),  # CUDA IPC handles or host memory (proc/deviceshare)
             "sizes": " ".join(f"{k}={v}" for k, v in overrides)}
+
+
+def _sum_ratio(entry: dict) -> str:
+    """The sum of the processes' peaks over the footprint: a row's own, or (rows from before the eighth
+    session, whose judge peak was that sum) its judge peak's."""
+    if "sum_ratio" in entry:
+        return "-" if entry["sum_ratio"] is None else str(entry["sum_ratio"])
+    return "-" if entry.get("ratio") is None else str(entry["ratio"])
 
 
 def load_state(path: Path) -> tuple[dict[str, dict], set[str]]:
@@ -147,10 +157,13 @@ def write_doc() -> None:
     """docs/memory-sweep.md from every state file present."""
     lines = ["# Memory sweep: every KernelBench problem judged with the honest candidate", "",
              "Written by `benchmarks/memory_sweep.py` (issue 16). The candidate is the reference with `Model` "
-             "renamed `ModelNew`; quick mode (correctness and probes, no timing). *Judge peak* is the sum over "
-             "the referee and the worker (GPU: the allocator's `max_memory_allocated`; CPU: each process's "
-             "resident-set peak above its resident set when the problem's work began); *footprint* is the problem's "
-             "parameters, inputs, outputs and (GPU) the reference's activations.", ""]
+             "renamed `ModelNew`; quick mode (correctness and probes, no timing). *Judge peak*: the referee's and "
+             "the worker's memory at once, request by request (`memtally.py`: each request's peak in one process "
+             "beside what the other held then; GPU: the allocators' `max_memory_allocated`; CPU: resident sets above "
+             "each one's when the problem's work began); *sum / footprint*: each process's own peak added, as if "
+             "both fell at once (an upper bound, and the only figure rows from before the eighth session "
+             "have); *footprint*: the problem's parameters, inputs, outputs and (GPU) the "
+             "reference's activations.", ""]
     if not (RESULTS / "memory_sweep_cuda.jsonl").exists():
         lines += ["## GPU (H200), full sizes", "", "Not run yet: `python benchmarks/memory_sweep.py --device cuda` "
                   "(resumable; see the script's docstring).", ""]
@@ -159,7 +172,8 @@ def write_doc() -> None:
         done, killed = load_state(state)
         rows = list(done.values())
         passed = sum(r["verdict"] == "pass" for r in rows)
-        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float))]
+        ratios = [r["ratio"] for r in rows if "sum_ratio" in r and isinstance(r.get("ratio"), (int, float))]
+        sums = [float(s) for s in map(_sum_ratio, rows) if s != "-"]
         label = {"cuda": "GPU (H200), full sizes", "cpu-small": "CPU, small sizes (a sample per level)"}.get(mode, mode)
         total = sum(len(list((KERNELBENCH / f"level{level}").glob("*.py"))) for level in (1, 2, 3))
         note = {"cuda": [f"Swept so far: {len(rows)} of the {total} problems of levels 1-3, in device calls of 10 "
@@ -175,15 +189,19 @@ def write_doc() -> None:
                               "Wall times are on 2 cores shared with other jobs (load about 10).", ""]}.get(mode, [])
         lines += [f"## {label}", ""] + note + [ f"{passed} of {len(rows)} pass" + (f"; {len(killed)} killed (did not finish "
                   "within a device call): " + ", ".join(sorted(killed)) if killed else "")
-                  + (f"; peak / footprint: median {sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}"
-                     if ratios else "") + ".", "",
-                  "| problem | verdict | judge peak GB | footprint GB | peak / footprint | float64 | wall s | "
-                  "sizes | why not pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  + (f"; peak / footprint ({len(ratios)} rows measured request by request): median "
+                     f"{sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}" if ratios else "")
+                  + (f"; sum / footprint: median {sorted(sums)[len(sums) // 2]:.2f}, max {max(sums):.2f}" if sums else "")
+                  + ".", "",
+                  "| problem | verdict | judge peak GB | footprint GB | peak / footprint | sum / footprint | float64 | "
+                  "wall s | sizes | why not pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in sorted(rows, key=_order):
             why = "" if r["verdict"] == "pass" else f"{', '.join(r['codes'])}: {r['message']}".replace("|", "/")
-            lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes'])} "
+            concurrent = "sum_ratio" in r and r["ratio"] is not None  # else the row measured only the sum
+            lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes']) if concurrent else '-'} "
                          f"| {gb(r['footprint_bytes'])} "
-                         f"| {r['ratio'] if r['ratio'] is not None else '-'} | {r['float64'] or '-'} | {r['wall_s']} | "
+                         f"| {r['ratio'] if concurrent else '-'} | {_sum_ratio(r)} "
+                         f"| {r['float64'] or '-'} | {r['wall_s']} | "
                          f"{r['sizes'] or 'full'} | {why[:160]} |")
         lines.append("")
     DOC.write_text("\n".join(lines))

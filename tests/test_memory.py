@@ -18,6 +18,7 @@ import pytest
 from conftest import codes
 
 from kerneljudge import api
+from kerneljudge.memtally import MemoryTally
 
 KERNELBENCH = Path(__file__).parents[2] / "shared" / "kernelbench"
 needs_kernelbench = pytest.mark.skipif(not (KERNELBENCH / "level1").is_dir(),
@@ -174,6 +175,11 @@ def test_memory_grows_with_the_footprint_by_the_stated_multiple(fast, tmp_path):
         points.append([memory["footprint"]["total_bytes"]] + [
             memory[p]["rss_peak_bytes"] - memory[p]["rss_baseline_bytes"] for p in ("referee", "worker")])
         assert memory["device_total_bytes"] > 0 and memory["judge_peak_bytes"] > 0
+        # the judge's peak counts both processes at once, request by request: at most the sum of their own
+        # peaks (as if both fell at once), at least the larger of the two
+        own = [memory[p]["rss_peak_bytes"] - memory[p]["rss_baseline_bytes"] for p in ("referee", "worker")]
+        assert max(own) <= memory["judge_peak_bytes"] <= memory["processes_peak_sum_bytes"] == sum(own), memory
+        assert memory["judge_peak_measured"].startswith("both processes at once")
     (f0, r0, w0), (f1, r1, w1) = points
     assert f1 - f0 == 48 << 20
     assert (r1 - r0) / (f1 - f0) <= REFEREE_MULTIPLE, points
@@ -213,3 +219,30 @@ def test_a_sample_of_kernelbench_at_small_sizes_passes_honestly(fast, tmp_path, 
                           probes=False)
     assert result.verdict == "pass", result.findings
     assert result.memory["footprint"]["total_bytes"] > 0
+
+
+def test_the_judges_peak_is_each_processs_peak_beside_what_the_other_holds_then():
+    """The judge sends one request at a time: while one process works, the other holds what its last request
+    left, unless it answered requests during the first one's unmeasured stretch (a timing's batches)."""
+    def request(tally, role, figures):
+        tally.replied(role, tally.sent(), figures)
+
+    def figures(peak, held, between=0, device="cuda"):
+        return {"device": device, "between": between, "peak": peak, "held": held}
+
+    tally = MemoryTally("cuda")
+    request(tally, "worker", figures(10, 2))
+    request(tally, "referee", figures(30, 5))  # beside the worker's 2
+    request(tally, "worker", figures(12, 2, between=2))  # beside the referee's 5
+    assert tally.peak_bytes({}) == 32
+    # the worker's timed batches (not measured one by one) reach 25; the referee compares a timed output
+    # between them; the worker's next measured request tells the peak of that stretch
+    request(tally, "worker", None)
+    request(tally, "referee", figures(31, 5, between=5))
+    request(tally, "worker", None)
+    request(tally, "worker", figures(3, 2, between=25))
+    assert tally.peak_bytes({}) == 25 + 31
+    assert tally.peak_bytes({"referee": 4, "worker": 1}) == 24 + 27  # above each one's baseline
+    for malformed in ("many", figures(-1, 0), figures(1e12, 0), figures(10**12, 0, device="cpu"), None):
+        request(tally, "worker", malformed)  # a worker's claim that is not a byte count of this device: ignored
+    assert tally.peak_bytes({}) == 56 and tally.roles() == {"referee", "worker"}

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kerneljudge import channel, judgeimports, protocol, sandbox, spawn
+from kerneljudge.memtally import MemoryTally
 from kerneljudge.proc.lifeline import PARENT
 from kerneljudge.options import Options, WorkerOptions, memory_limit_bytes
 from kerneljudge.sandbox.launch import SETUP_FAILED
@@ -71,6 +72,7 @@ class WorkerProcess:
         self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
         self.oom_kills = 0  # the worker's processes the kernel killed in its memory cgroup (counted when it ends)
         self.memory_limit_bytes: int | None = None  # that cgroup's limit, as applied when the worker started
+        self.tally: MemoryTally | None = None  # the evaluation's memory account (memtally.py), when it keeps one
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -157,6 +159,7 @@ class WorkerProcess:
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
         nonce = secrets.token_hex(8)
+        sent_at = self.tally.sent() if self.tally is not None else 0
         try:
             channel.send(self.write_fd, {**request.to_wire(), "nonce": nonce}, blobs)
             reply = self._receive(op, nonce, on_progress)
@@ -174,6 +177,9 @@ class WorkerProcess:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
         if reply.get("poisoned"):
             self.dead = True
+        figures = reply.pop("_memory", None)
+        if self.tally is not None:
+            self.tally.replied(self.role, sent_at, figures)
         return reply
 
     def _receive(self, op: str, nonce: str, on_progress) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class CheckOptions:
     atol: float | None = None  # None: from the output dtype (DEFAULT_TOLERANCE)
     rtol: float | None = None
     seed: int | None = None  # None: a secret random seed per run
-    float64_budget_mb: int | None = None  # the float64 reference runs in chunks beyond it; None: 1/4 of free memory
+    float64_budget_mb: int | None = None  # the float64 reference runs in chunks beyond it; None: referee/plan.py
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
 from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.problemlint import judge as problemlint
@@ -181,7 +182,9 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     worker_options = options.worker_options()
     worker = pool.take(worker_options) if pool is not None else WorkerProcess(worker_options)
     referee = pool.take(worker_options, REFEREE) if pool is not None else WorkerProcess(worker_options, module=REFEREE)
-    judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines)
+    judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines,
+                      tally=MemoryTally("cuda" if device.startswith("cuda") else "cpu"))
+    worker.tally = referee.tally = judging.tally
     try:
         with worker, referee, memory_stage.reported(judging, run.memory):
             problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}

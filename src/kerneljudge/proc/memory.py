@@ -1,25 +1,19 @@
 """Memory, as the referee and the worker measure it: a process's peaks, the device's size, and the
 problem's footprint estimated without allocating it (on the meta device).
 
-The peaks are the process's own high-water marks: the resident set's (`getrusage`, no psutil) and, on a
-GPU, the caching allocator's `max_memory_allocated`. The resident set includes torch's own libraries,
+The peaks are the process's own high-water marks: the resident set's (`/proc/self/status`, no psutil) and,
+on a GPU, the caching allocator's `max_memory_allocated`, kept per request, per stage and for the process. The resident set includes torch's own libraries,
 so a baseline taken when the problem's work begins (the resident set then) is reported beside it.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 from typing import Any
 
 import torch
 
 from kerneljudge.proc.inputs import seed_generators
-
-
-def rss_peak_bytes() -> int:
-    """This process's resident-set high-water mark (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def rss_now_bytes() -> int:
@@ -47,43 +41,84 @@ def device_free_bytes(device: torch.device) -> int:
     return int(fields["MemAvailable"].split()[0]) * 1024
 
 
-# The allocator's peak is reset to measure one call; the process's peak, and the peak since the last stage
-# mark, are kept here across resets.
-_cuda_peak_before_reset = 0
-_cuda_stage_peak = 0
+# High-water marks (the GPU allocator's, or the resident set's on the CPU, reset through /proc/self/clear_refs)
+# are reset to measure one reference call, one request or one stage; the highest marks of the process, the
+# stage and the request so far are kept here across resets, per device type (this process's own state).
+_marks: dict[str, dict[str, int]] = {}
+_rss_resettable = [True]  # False once the kernel refused a reset: the resident set's mark then only grows
 
 
-def _fold_cuda_peak(device: torch.device) -> None:
-    global _cuda_peak_before_reset, _cuda_stage_peak
-    peak = int(torch.cuda.max_memory_allocated(device))
-    _cuda_peak_before_reset = max(_cuda_peak_before_reset, peak)
-    _cuda_stage_peak = max(_cuda_stage_peak, peak)
-    torch.cuda.reset_peak_memory_stats(device)
+def _vm_hwm_bytes() -> int:
+    """This process's resident-set high-water mark since its last reset (Linux reports kilobytes)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return rss_now_bytes()
+
+
+def _high_water(device: torch.device) -> int:
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else _vm_hwm_bytes()
+
+
+def held_bytes(device: torch.device) -> int:
+    """What this process holds now: the allocator's allocated bytes on a GPU, else the resident set."""
+    return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else rss_now_bytes()
+
+
+def _fold(device: torch.device) -> dict[str, int]:
+    """The high-water mark since the last reset into the kept marks, then a new mark (from what is held now)."""
+    marks = _marks.setdefault(device.type, {"process": 0, "stage": 0, "request": 0})
+    peak = _high_water(device)
+    for name in marks:
+        marks[name] = max(marks[name], peak)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif _rss_resettable[0]:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            _rss_resettable[0] = False
+    return marks
 
 
 def cuda_call_start(device: torch.device) -> int:
     """Before measuring one call's peak on a GPU: the bytes allocated now (the process's peak is kept)."""
-    _fold_cuda_peak(device)
+    _fold(device)
     return int(torch.cuda.memory_allocated(device))
 
 
 def stage_peak_bytes(device: torch.device) -> int:
-    """At a stage's end: on a GPU the allocator's peak since the last stage's end (then a new mark); on a
-    CPU the resident set's high-water mark so far (it cannot be reset: the stage that raised it shows as
-    the step from the stage before)."""
-    if device.type != "cuda":
-        return rss_peak_bytes()
-    global _cuda_stage_peak
-    _fold_cuda_peak(device)
-    peak, _cuda_stage_peak = _cuda_stage_peak, int(torch.cuda.memory_allocated(device))
+    """At a stage's end: the peak since the last stage's end (then a new mark), the allocator's on a GPU, the
+    resident set's on a CPU (where the kernel refuses the reset: its high-water mark so far)."""
+    marks = _fold(device)
+    peak, marks["stage"] = marks["stage"], held_bytes(device)
     return peak
+
+
+def request_start(device: torch.device) -> int:
+    """Before a request: the peak since the last measured request ended (requests not measured, a timing's
+    batches, ran meanwhile), then a new mark for this one."""
+    between = _high_water(device)
+    marks = _fold(device)
+    marks["request"] = held_bytes(device)
+    return between
+
+
+def request_end(device: torch.device, between: int) -> dict[str, Any]:
+    """After a request, on the device `request_start` measured: what the judge tallies (memtally.py), the
+    peak before the request, the peak during it and what the process holds now, in bytes."""
+    marks = _fold(device)
+    return {"device": device.type, "between": between, "peak": marks["request"], "held": held_bytes(device)}
 
 
 def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:
     """This process's peaks so far."""
-    data: dict[str, Any] = {"rss_peak_bytes": rss_peak_bytes(), "rss_baseline_bytes": baseline_rss_bytes}
+    data: dict[str, Any] = {"rss_peak_bytes": _fold(torch.device("cpu"))["process"],
+                            "rss_baseline_bytes": baseline_rss_bytes}
     if device.type == "cuda":
-        data["cuda_peak_bytes"] = max(_cuda_peak_before_reset, int(torch.cuda.max_memory_allocated(device)))
+        data["cuda_peak_bytes"] = _fold(device)["process"]
     return data
 
 

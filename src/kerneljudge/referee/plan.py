@@ -2,8 +2,8 @@
 not at all (the reference at its own precision is the truth then, and the report says why).
 
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
-in float64). Where that exceeds the budget (`--float64-budget-mb`; by default the native run's own memory,
-so checking in float64 does not double the judge's peak, within a quarter of the free memory and never
+in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
+memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
 under 256 MB), the inputs are split along dimension 0 and the float64 reference runs chunk by chunk. That is only right
 for a batch-separable model (row i of the output depends on row i of the inputs alone), which is
 verified first on a secret sample of rows: the native reference on those rows alone must give the rows
@@ -24,6 +24,10 @@ from kerneljudge.proc.inputs import clone_args
 from kerneljudge.referee.compare import float64_blocks
 
 BUDGET_SHARE = 0.25  # of the memory free after the native reference ran: the rest is the worker's and the comparison's
+# The float64 run's default budget, as a share of the native run's memory: a whole elementwise problem's
+# float64 run (its inputs and outputs upcast) took 2 of the referee's 6 footprint halves on the H200 at the
+# native share 1; chunks of an eighth of it keep that to a quarter of a footprint, for a few more calls.
+NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 SEPARABLE_SAMPLE_ROWS = 32  # rows in that secret sample (at most a chunk's): rows that depend on others show in a few
 MAX_CHUNKS = 1 << 12
@@ -76,16 +80,16 @@ class Float64Plan:
 
     def size(self, footprint: dict[str, int], device: torch.device) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
-        one, else no more than the native run's own memory (so checking in float64 does not double the
-        judge's peak) but at least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits
-        a quarter of the free memory."""
+        one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
+        least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits BUDGET_SHARE of the free
+        memory."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
         free_share = int(memory.device_free_bytes(device) * BUDGET_SHARE)
         if self.budget_bytes is not None:
             budget = self.whole_limit = self.budget_bytes
         else:
-            budget, self.whole_limit = max(min(free_share, native), CHUNK_FLOOR_BYTES), free_share
+            budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), CHUNK_FLOOR_BYTES), free_share
         self.need = need
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 

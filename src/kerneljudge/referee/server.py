@@ -65,6 +65,14 @@ class Referee:
         self.baseline_rss_bytes = memory.rss_now_bytes()
 
     def handle(self, message: dict[str, Any]) -> Reply:
+        if message.get("op") == protocol.TimeBatch.op:
+            return self._handle(message)  # as the worker's: no measuring between timed batches
+        device, between = self.device, memory.request_start(self.device)
+        reply, blobs = self._handle(message)
+        reply["_memory"] = memory.request_end(device, between)
+        return reply, blobs
+
+    def _handle(self, message: dict[str, Any]) -> Reply:
         try:
             request = protocol.from_wire(message)
             handler = self.handlers.get(type(request))

@@ -8,6 +8,7 @@ from typing import Any
 from kerneljudge import protocol
 from kerneljudge.errors import UsageError
 from kerneljudge.isolation import WorkerProcess
+from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Finding, Trial
@@ -29,6 +30,7 @@ class Judging:
     info: dict[str, Any] = field(default_factory=dict)  # what the probes saw, for the report
     on_progress: ProgressObserver = ignore
     baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
+    tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
 
     def tell(self, stage: str, message: str, done: int | None = None, total: int | None = None) -> None:
         self.on_progress(ProgressEvent(stage, message, done, total))

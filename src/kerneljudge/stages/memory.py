@@ -16,6 +16,7 @@ from typing import Any
 
 from kerneljudge import protocol
 from kerneljudge.isolation import WorkerFailure
+from kerneljudge.memtally import MemoryTally
 from kerneljudge.records import Finding
 from kerneljudge.seeds import derive_seed
 from kerneljudge.stages.context import Judging, StageEnded
@@ -70,7 +71,7 @@ def report(j: Judging, block: dict[str, Any]) -> None:
                 block[key] = reply.pop(key)
         reply.pop("findings", None), reply.pop("poisoned", None)
         block[name] = {k: v for k, v in reply.items() if type(v) is int}  # the worker's are claims: numbers only
-    block.update(_ratios(block))
+    block.update(_ratios(block, j.tally))
 
 
 def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
@@ -81,19 +82,26 @@ def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
         if type(reply.get("stage_peak_bytes")) is int}
 
 
-def _ratios(block: dict[str, Any]) -> dict[str, Any]:
-    """The judge's peak (both processes; on a GPU the allocator's peaks, on a CPU the resident sets above
-    their baselines) and its multiple of the footprint."""
+def _ratios(block: dict[str, Any], tally: MemoryTally | None) -> dict[str, Any]:
+    """The judge's peak and its multiple of the footprint: both processes' memory at once, request by request
+    (memtally.py: on a GPU the allocators' peaks, on a CPU the resident sets above their baselines), and
+    beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once)."""
     footprint = (block.get("footprint") or {}).get("total_bytes")
-    processes = [block[p] for p in ("referee", "worker") if p in block]
+    processes = {p: block[p] for p in ("referee", "worker") if p in block}
     if not processes:
         return {}
-    if all("cuda_peak_bytes" in p for p in processes):
-        peak, measured = sum(p["cuda_peak_bytes"] for p in processes), "cuda max_memory_allocated"
+    on_gpu = all("cuda_peak_bytes" in p for p in processes.values())
+    if on_gpu:
+        summed, baselines = sum(p["cuda_peak_bytes"] for p in processes.values()), {}
     else:
-        peak = sum(max(0, p["rss_peak_bytes"] - p["rss_baseline_bytes"]) for p in processes)
-        measured = "resident-set peaks above each process's resident set when the problem's work began"
-    return {"judge_peak_bytes": peak, "judge_peak_measured": measured,
+        summed = sum(max(0, p["rss_peak_bytes"] - p["rss_baseline_bytes"]) for p in processes.values())
+        baselines = {name: p["rss_baseline_bytes"] for name, p in processes.items()}
+    what = "cuda max_memory_allocated" if on_gpu else "resident sets above each one's when the problem's work began"
+    if tally is not None and tally.roles() == set(processes):
+        peak, measured = tally.peak_bytes(baselines), f"both processes at once, request by request ({what})"
+    else:
+        peak, measured = summed, f"the sum of each process's peak ({what})"
+    return {"judge_peak_bytes": peak, "judge_peak_measured": measured, "processes_peak_sum_bytes": summed,
             "peak_over_footprint": round(peak / footprint, 2) if footprint else None}
 
 

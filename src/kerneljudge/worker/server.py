@@ -67,6 +67,21 @@ class Worker:
         op = message.get("op")
         if self.exporter is not None:
             self.exporter.release()  # the last reply's shared outputs: the referee copied them before this request
+        if op == protocol.TimeBatch.op:
+            return self._handle(message)  # nothing of the guard's own cost between timed batches (checked after)
+        device, between = self.device, memory.request_start(self.device)
+        reply, blobs = self._handle(message)
+        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
+        self.reported_tampering.update(tampered)
+        if tampered:
+            reply.setdefault("findings", []).append(Finding.of(
+                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=str(op),
+                names=tampered).to_json())
+        reply["_memory"] = memory.request_end(device, between)
+        return reply, blobs
+
+    def _handle(self, message: dict[str, Any]) -> Reply:
+        op = message.get("op")
         try:
             request = protocol.from_wire(message)
             handler = self.handlers.get(type(request))
@@ -77,14 +92,6 @@ class Worker:
             detail = "".join(traceback.format_exception(exc)[-6:])
             reply, blobs = _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}",
                                               stage=str(op))])
-        if isinstance(message, dict) and message.get("op") == protocol.TimeBatch.op:
-            return reply, blobs  # nothing of the guard's own cost between timed batches (it is checked after)
-        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
-        self.reported_tampering.update(tampered)
-        if tampered:
-            reply.setdefault("findings", []).append(Finding.of(
-                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=str(op),
-                names=tampered).to_json())
         return reply, blobs
 
     def progress(self, message: str, done: int | None = None, total: int | None = None, *,
