@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc.inputs import clone_args, upcast
-from kerneljudge.referee.compare import as_tensors, float64_blocks, rms
+from kerneljudge.referee.compare import all_finite, as_tensors, float64_blocks, rms
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
 CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "silu": (-6.0, 6.0),
@@ -105,7 +105,7 @@ def _covered(model: torch.nn.Module, args: list) -> tuple[dict[str, set[int]], f
     with torch.inference_mode(), recorder:
         out = model(*args)
     outs = [o for o in (as_tensors(out) or []) if o.is_floating_point()]
-    if any(not bool(torch.isfinite(o).all()) for o in outs):
+    if not all_finite(outs):
         return None
     return recorder.bins, rms(outs)
 
@@ -187,7 +187,7 @@ def tolerance(expected, expected64, atol: float, rtol: float) -> tuple[float, fl
     if truths is None or natives is None:
         return atol, rtol, "no float64 reference to compare with"
     truths = [t for t in truths if t.is_floating_point()]
-    if any(not bool(torch.isfinite(t).all()) for t in truths):
+    if not all_finite(truths):
         return atol, rtol, "the float64 reference overflows (non-finite values)"
     count = sum(t.numel() for t in truths)
     atol = atol * max(1.0, rms(truths))

@@ -208,8 +208,8 @@ class Worker:
         session = self.session
         args = self._inputs(request, blobs)
         blobs.clear()  # the inputs' bytes are not held beside the inputs during the call
-        if request.reuse is not None:  # the same buffers, new values
-            kept = session.kept[request.reuse]
+        if request.reuse is not None:  # the same buffers, new values (then let go, unless kept again)
+            kept = session.kept.pop(request.reuse)
             for buffer, fresh in zip(kept, args):
                 if isinstance(buffer, torch.Tensor):
                     buffer.copy_(fresh)
@@ -225,8 +225,8 @@ class Worker:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
-        if request.return_inputs:
-            data["inputs_after"], after_blobs = tensorwire.pack_values(args, self._export())
+        if request.return_inputs:  # through host memory (the referee compares them there), so none is held here
+            data["inputs_after"], after_blobs = tensorwire.pack_values(args)
             for meta in data["inputs_after"]:
                 if "blob" in meta:
                     meta["blob"] += len(out_blobs)
