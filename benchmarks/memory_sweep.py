@@ -178,11 +178,13 @@ def write_doc() -> None:
         total = sum(len(list((KERNELBENCH / f"level{level}").glob("*.py"))) for level in (1, 2, 3))
         note = {"cuda": [f"Swept so far: {len(rows)} of the {total} problems of levels 1-3, in device calls of 10 "
                          "minutes at most (the sweep resumes from its state file; level1/21_Sigmoid and 26_GELU_ passed "
-                         "at 5.08x in an earlier call, docs/benchmarks.md, before the state file was kept). The rows "
-                         "of level1/1-23 were judged with the worker's outputs crossing as CUDA IPC handles of a copy "
-                         "of each output (proc/deviceshare, seventh session: elementwise problems 6.0x, against 5.08x "
-                         "through host memory, and 2.7x faster); the others through host memory. Since, a contiguous "
-                         "output is shared without that copy (not yet swept).", ""],
+                         "at 5.08x in an earlier call, docs/benchmarks.md, before the state file was kept). Rows differ "
+                         "by the judge's code when they were swept (docs/benchmarks.md, seventh and eighth sessions): "
+                         "level1/2-18, 20, 22 with outputs crossing as CUDA IPC handles of a copy of each output "
+                         "(elementwise 6.0x); level1/24-26 shared without the copy (sums 3.7-4.6x); level1/1, 23, 27-30 "
+                         "measured request by request (3.9x for elementwise); level1/19, 21 and 32 with the eighth "
+                         "session's last fixes (3.0x; the sum of the two processes' peaks 3.59x); the others (level1/31, "
+                         "36, 76, level2/1-4, level3/35) through host memory.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "
