@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from kerneljudge.builder import BUILD_NICENESS
 from kerneljudge.options import Options
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -33,38 +32,20 @@ def cache_dir(tmp_path_factory) -> Path:
     return Path(shared) if shared else tmp_path_factory.mktemp("kj-cache")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _cpp_build(request, tmp_path_factory):
-    """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, started with the
-    session when a collected test needs it (`cpp_built`): tests/candidates/isolation/cpp_ext.py (its
-    extension source is shared by the probe candidates), cpp_broken.py (a compile error) and level1/19's
-    shipped C++ solution. A cold build of torch's headers takes ~20-35 s of one core: it runs beside the
-    first tests, at the builders' low priority (builder.BUILD_NICENESS, as in a batch), instead of being
-    waited for. Stopped at the session's end if no test waited for it."""
-    if not any("cpp_built" in item.fixturenames for item in request.session.items):
-        yield None
-        return
-    cache, logs = tmp_path_factory.mktemp("kj-build-cache"), tmp_path_factory.mktemp("kj-build-logs")
-    isolation = CANDIDATES / "isolation"
-    with open(logs / "stdout", "w") as out, open(logs / "stderr", "w") as err:
-        process = subprocess.Popen([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
-                                    str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
-                                    "--cache-dir", str(cache)], stdout=out, stderr=err, text=True,
-                                   env={**os.environ, "COLUMNS": "1000"}, preexec_fn=lambda: os.nice(BUILD_NICENESS))
-    yield cache, logs, process, time.monotonic()
-    if process.poll() is None:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="session")
-def cpp_built(_cpp_build) -> tuple[Path, subprocess.CompletedProcess, float]:
-    """The builds of `_cpp_build`, once they ended: (cache folder, how the command ended, seconds since it
-    started). Their only cold builds: the tests that evaluate them use this cache."""
-    cache, logs, process, started = _cpp_build
-    process.wait(timeout=600)
-    done = subprocess.CompletedProcess(process.args, process.returncode, (logs / "stdout").read_text(),
-                                       (logs / "stderr").read_text())
+def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, in a subprocess:
+    tests/candidates/isolation/cpp_ext.py (its extension source is shared by the probe candidates),
+    cpp_broken.py (a compile error) and level1/19's shipped C++ solution. (cache folder, how it ended,
+    seconds). Their only cold builds: the tests that evaluate them use this cache (a cold build of torch's
+    headers takes ~20 s of one core; three at once use both of the CI's cores)."""
+    cache = tmp_path_factory.mktemp("kj-build-cache")
+    isolation = CANDIDATES / "isolation"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
+                           str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
+                           "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "1000"})
     return cache, done, time.monotonic() - started
 
 
