@@ -83,7 +83,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("compare-pair-always-agrees", "referee/compare.py",
              'return f"max difference {max(misses):.3g}"', "return None",
              (_k(INTEGRITY, "drifting_with_a_call_counter"),)),
-    Mutation("perturb-in-place-noop", "referee/session.py",
+    Mutation("perturb-in-place-noop", "proc/perturb.py",
              "t.mul_(_uniform(t, generator, 0.5, 1.5))", "t.mul_(1.0)",
              (_k(INTEGRITY, "stale_first_call"), _k(KILLS, "cached_from_a_buffer")),
              "parameters still shift by up to 0.1; buffers no longer change"),

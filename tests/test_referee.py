@@ -56,6 +56,13 @@ def test_a_worker_that_draws_inputs_of_its_own_choosing_only_fails_itself(fast):
     assert result.trials[0].passed and not all(t.passed for t in result.trials)  # right on the first draw only
 
 
+def test_a_worker_that_skips_the_parameter_changes_only_fails_itself(fast):
+    # the worker makes the probes' parameter changes on its copy of the reference's state; this one skips them
+    result = judge(fast, "skipped_changes", check={"trials": 2})
+    assert all(t.passed for t in result.trials), [(f.code, f.message) for f in result.findings]
+    assert result.verdict == "fail" and "stale-parameters" in failing(result), [(f.code, f.message) for f in result.findings]
+
+
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     # row 24 on the CPU: claims cut to 1% leave ~10 ms per call unexplained by the judge's clock
     result = judge(fast, "shrunk_times", timing=SHORT_TIMING)

@@ -199,12 +199,16 @@ class ComparePair(Request):
 @request
 @dataclass(frozen=True)
 class Perturb(Request):
-    """Change the reference's parameters and buffers from `seed` (`names`: only those; None: all floating
-    entries), in place or by new parameter objects; reply: the changed entries (blobs) for the worker."""
+    """Change the parameters and buffers from `seed` (`names`: only those; None: all floating entries), the
+    same way in both processes (proc/perturb.py): the referee changes the reference's, the worker its copy
+    of the reference's state and writes the change into ModelNew `how`: "in-place" (copied into the tensors
+    it holds), "replace" (new Parameter or buffer objects; parameters get new values, as new objects would
+    bring) or "state-dict" (its own state_dict, with these entries changed, loaded back). Reply: the names
+    of the entries changed."""
     op: ClassVar[str] = "perturb"
     seed: int
     names: list[str] | None = None
-    replace: bool = False  # new values for the parameters, as new objects would bring
+    how: str = "in-place"
 
 
 @request
@@ -226,8 +230,9 @@ class RangePlan(Request):
 @request
 @dataclass(frozen=True)
 class RangeSet(Request):
-    """Undo the previous range probe's change of a state entry and apply `transform`'s (None: undo only).
-    Reply: the entries that changed (blobs), for the worker."""
+    """Undo the previous range probe's change of a state entry and apply `transform`'s (None: undo only), the
+    same way in both processes (proc/perturb.py; the worker writes it into ModelNew in place). Reply: the
+    names of the entries that changed."""
     op: ClassVar[str] = "range-set"
     transform: dict[str, Any] | None = None
 
@@ -298,6 +303,7 @@ class Construct(Request):
     state: list[dict[str, Any]] | None
     names: list[str] | None = None
     call_seed: int | None = None  # the generators are seeded with it before every candidate call (proc/rng)
+    parameters: list[str] | None = None  # which of `names` are parameters (the probes change them: proc/perturb)
 
 
 @request
@@ -318,18 +324,6 @@ class Forward(Request):
     reuse: str | None = None
     reseed: int | None = None
     alias: bool = False
-
-
-@request
-@dataclass(frozen=True)
-class SetState(Request):
-    """Write the reference's changed entries (blobs) into ModelNew: `how` is "in-place" (copied into the
-    tensors it holds), "replace" (new Parameter or buffer objects) or "state-dict" (a round trip: its own
-    state_dict, with these entries changed, loaded back with load_state_dict)."""
-    op: ClassVar[str] = "set-state"
-    names: list[str]
-    state: list[dict[str, Any]]
-    how: str = "in-place"
 
 
 @request

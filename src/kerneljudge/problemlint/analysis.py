@@ -26,8 +26,8 @@ import torch
 from kerneljudge.options import DEFAULT_TOLERANCE
 from kerneljudge.problemlint import graph, sizes
 from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize
+from kerneljudge.proc.perturb import entries, perturb
 from kerneljudge.proc.tensorwire import tensors_of
-from kerneljudge.referee.session import perturb
 from kerneljudge.worker.build import import_problem
 
 SEEDS = (1, 2)
@@ -202,7 +202,7 @@ def _sensitivity(model, module, first, second, outs, device, tolerance, facts) -
     state, ignored = model.state_dict(), []
     for index, name in enumerate(parameters[:MAX_PARAMETERS]):
         kept = state[name].clone()
-        perturb(model, 1000 + index, [name], replace=False, device=device)
+        perturb(*entries(model), 1000 + index, [name], replace=False, device=device)
         same = _passes(tensors_of(_run(model, first, device)), outs, tolerance)
         with torch.no_grad():
             state[name].copy_(kept)

@@ -15,13 +15,13 @@ and says why.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc.inputs import clone_args, upcast
+from kerneljudge.proc.perturb import INPUTS, Transform
 from kerneljudge.referee.compare import all_finite, as_tensors, float64_blocks, rms
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
@@ -39,36 +39,8 @@ SHIFTS = (-3.0, -1.0, 1.0, 3.0)
 MAX_TENSORS = 8  # inputs and state entries tried (entries beyond it sampled with the secret seed)
 MAX_PROBES = 4
 MIN_PROBES = 2
-INPUTS = "inputs"  # a transform of every floating input
 SAMPLED_VALUES = 1 << 20  # values of an argument looked at
 PLAN_BUDGET_MS = 5000.0  # trying candidate transforms stops after this (each is one float64 forward)
-
-
-@dataclass(frozen=True)
-class Transform:
-    """`target` (INPUTS, "input:N" or a state-dict entry) becomes target * scale + shift."""
-
-    target: str
-    scale: float = 1.0
-    shift: float = 0.0
-
-    @property
-    def label(self) -> str:
-        return f"{self.target} x{self.scale:g}" if self.shift == 0 else f"{self.target} {self.shift:+g}"
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "label": self.label}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Transform":
-        return cls(str(data["target"]), float(data["scale"]), float(data["shift"]))
-
-    def applies_to_input(self, index: int) -> bool:
-        return self.target in (INPUTS, f"input:{index}")
-
-    def inputs(self, args: list) -> list:
-        return [a * self.scale + self.shift if isinstance(a, torch.Tensor) and a.is_floating_point()
-                and self.applies_to_input(i) else a for i, a in enumerate(args)]
 
 
 FALLBACKS = (Transform(INPUTS, scale=-1.0), Transform(INPUTS, scale=10.0))

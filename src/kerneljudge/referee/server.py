@@ -22,7 +22,7 @@ from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
 from kerneljudge.referee import compare, ranges
-from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession, perturb
+from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession
 
 HEAVY_SHARE = 0.10  # an op taking this share of the reference's profiled time is one of its heavy ops
 REFERENCE_PROFILE_CALLS = 3  # one call's CPU times are noisy
@@ -178,12 +178,7 @@ class Referee:
         return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
-        names = perturb(self.session.reference, request.seed, request.names, replace=request.replace,
-                        device=self.device)
-        self.session.refresh64(names)
-        names, tensors = self.session.state(names)
-        meta, state_blobs = tensorwire.pack_values(tensors)
-        return {"names": names, "state": meta}, state_blobs
+        return {"names": self.session.perturb(request.seed, request.names, request.how == "replace")}, []
 
     def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
         return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
@@ -202,9 +197,7 @@ class Referee:
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None
-        names, tensors = self.session.state(self.session.set_range(transform))
-        meta, state_blobs = tensorwire.pack_values(tensors)
-        return {"names": names, "state": meta}, state_blobs
+        return {"names": self.session.set_range(transform)}, []
 
     def profile_reference(self, request: protocol.ProfileReference, blobs: list) -> Reply:
         session = self.session

@@ -16,7 +16,7 @@ import torch
 from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
-from kerneljudge.referee.ranges import Transform
+from kerneljudge.proc.perturb import Transform, entries, move, perturb
 
 KERNELBENCH_SEED = 42
 
@@ -126,19 +126,16 @@ class RefereeSession:
 
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
-        entry): the names of the entries that changed."""
-        state = self.reference.state_dict(keep_vars=True)
-        names = list(self.range_originals)
-        with torch.no_grad():
-            for name in names:
-                state[name].copy_(self.range_originals.pop(name))
-            if transform is not None and transform.target in state:
-                entry = state[transform.target]
-                self.range_originals[transform.target] = entry.detach().clone()
-                entry.mul_(transform.scale).add_(transform.shift)
-                names.append(transform.target)
+        entry): the names of the entries that changed (the worker makes the same move: proc/perturb.py)."""
+        names = move(self.reference.state_dict(keep_vars=True), self.range_originals, transform)
         self.refresh64(names)
         return names
+
+    def perturb(self, seed: int, names: list[str] | None, replace: bool) -> list[str]:
+        """The probes' change of the reference's entries (proc/perturb.py; the worker makes the same)."""
+        changed = perturb(*entries(self.reference), seed, names, replace=replace, device=self.device)
+        self.refresh64(changed)
+        return changed
 
     def refresh64(self, names: list[str]) -> None:
         """The float64 copy takes the changed state entries `names` (upcast in place: a new float64 copy of
@@ -150,32 +147,3 @@ class RefereeSession:
             for name in names:
                 state64[name].copy_(state[name])
 
-
-def perturb(model: torch.nn.Module, seed: int, names: list[str] | None, *, replace: bool,
-            device: torch.device) -> list[str]:
-    """Change the floating parameters and buffers (`names`, or all) in place from `seed`: values scaled by
-    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
-    zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring (buffers are scaled either way). Returns the names changed."""
-    generator = torch.Generator(device).manual_seed(seed)
-    parameters = {n for n, _ in model.named_parameters()}
-    changed = []
-    with torch.no_grad():
-        for name, t in model.state_dict(keep_vars=True).items():
-            if (names is not None and name not in names) or not t.is_floating_point():
-                continue
-            if replace and name in parameters:
-                t.copy_(_uniform(t, generator, -0.5, 0.5))
-            else:
-                t.mul_(_uniform(t, generator, 0.5, 1.5))
-                if name in parameters:
-                    t.add_(_uniform(t, generator, -0.1, 0.1))
-            changed.append(name)
-    return changed
-
-
-def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
-    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
-    worth of float64 draws on the CPU takes seconds)."""
-    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
-    return (values * (high - low) + low).to(like.dtype)

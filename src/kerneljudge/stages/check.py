@@ -32,8 +32,8 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
         ready = j.take(j.referee.call(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,
                                                      j.options.check.float64_budget_mb)), STAGE)
         state = None if kernelbench else ready["state"]
-        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"], call_seed),
-                             ready["_blobs"]), STAGE)
+        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"], call_seed,
+                                                ready.get("parameters")), ready["_blobs"]), STAGE)
     except StageEnded:
         return None
     return ready

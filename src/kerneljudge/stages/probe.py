@@ -179,20 +179,20 @@ def probe_refilled_inputs(j: Judging) -> list[Finding]:
     return []
 
 
-# How a probe hands a parameter change to the worker (protocol.SetState.how), as its messages say it.
+# How the worker writes a parameter change into ModelNew (protocol.Perturb.how), as the messages say it.
 CHANGES = {"in-place": "changed in place", "replace": "replaced by new objects",
            "state-dict": "loaded back through a state-dict round trip"}
 MAX_ALONE = 6  # entries changed one at a time per way of changing; beyond it a secret sample (bounded cost)
 
 
 def _change(j: Judging, label: str, names: list[str] | None, how: str) -> str | None:
-    """The referee changes `names` (None: every entry) from a secret seed, the worker gets the same change
-    the `how` way, and on new inputs the candidate must match again: the failure, or None. The previous
-    call warmed whatever the candidate caches."""
-    changed = j.take(j.referee.call(protocol.Perturb(_seed(j, f"{label}-values"), names, how == "replace")), STAGE)
-    if not changed.get("names"):
+    """The referee changes `names` (None: every entry) from a secret seed, the worker makes the same change
+    and writes it into ModelNew the `how` way, and on new inputs the candidate must match again: the
+    failure, or None. The previous call warmed whatever the candidate caches."""
+    change = protocol.Perturb(_seed(j, f"{label}-values"), names, how)
+    if not j.take(j.referee.call(change), STAGE).get("names"):
         return None
-    j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"], how), changed["_blobs"]), STAGE)
+    j.take(j.worker.call(change), STAGE)
     return _check_again(j, f"{label}-check")
 
 
@@ -272,9 +272,9 @@ def probe_ranges(j: Judging) -> list[Finding]:
 
 
 def _set_range(j: Judging, transform: dict | None) -> None:
-    changed = j.take(j.referee.call(protocol.RangeSet(transform)), STAGE)
-    if changed.get("names"):
-        j.take(j.worker.call(protocol.SetState(changed["names"], changed["state"]), changed["_blobs"]), STAGE)
+    move = protocol.RangeSet(transform)
+    if j.take(j.referee.call(move), STAGE).get("names"):
+        j.take(j.worker.call(move), STAGE)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Requests (see `protocol`): ping, build/compile (import the candidate, compiling on the way), construct
 (ModelNew with the referee's parameters), forward (the candidate on relayed inputs, the output handed
-back at once), set-state (the referee's parameter changes), observe (threads, repeats, the op trace,
+back at once), perturb and range-set (the probes' parameter changes, made here alike), observe (threads, repeats, the op trace,
 streams), and the timed side of the measurement loop. Candidate code is only ever called through
 `calls.guarded`. The guard's tampering check (defence in depth: no verdict depends on it) is added to
 any reply after which something it watches changed.
@@ -21,6 +21,7 @@ import torch
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.inputs import equal_bits, make_inputs, seed_generators
+from kerneljudge.proc.perturb import Transform, move, perturb
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -56,7 +57,8 @@ class Worker:
         self.reported_tampering: set[str] = set()
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
-            protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.SetState: self.set_state,
+            protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.Perturb: self.perturb,
+            protocol.RangeSet: self.range_set,
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
             protocol.Ready: lambda request, blobs: _reply([]), protocol.ShareOutputs: self.share_outputs,
@@ -189,6 +191,7 @@ class Worker:
             mismatch = _load_state(candidate, state)
             if mismatch is not None:
                 return _reply([mismatch])
+            session.reference_state, session.reference_parameters = state, set(request.parameters or ())
         moved = guarded(lambda: candidate.to(self.device).eval(), stage="check", code="constructor-error",
                         what=f"moving ModelNew to {self.device}", source_file=self._source())
         if moved.failure:
@@ -232,13 +235,29 @@ class Worker:
         session.output_sizes = [_bytes(t) for t in tensorwire.tensors_of(called.value)]
         return _reply([], blobs=out_blobs, **data)
 
-    def set_state(self, request: protocol.SetState, blobs: list) -> Reply:
+    def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
+        """The referee's change of the parameters, made alike on this process's copy of the reference's state
+        (proc/perturb.py), then written into ModelNew `request.how`."""
         session = self.session
-        values = tensorwire.unpack_values(request.state, blobs, self.device)
+        names = perturb(session.reference_state, session.reference_parameters, request.seed, request.names,
+                        replace=request.how == "replace", device=self.device)
+        return self._write_state(names, request.how)
+
+    def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
+        """The referee's range move of a state entry (or its undoing), made alike here, written in place."""
+        transform = Transform.from_json(request.transform) if request.transform else None
+        return self._write_state(move(self.session.reference_state, self.session.range_originals, transform),
+                                 "in-place")
+
+    def _write_state(self, names: list[str], how: str) -> Reply:
+        """The reference state's entries `names` written into ModelNew: copied into the tensors it holds
+        ("in-place"), as new Parameter or buffer objects ("replace"), or through its own state dict with these
+        entries changed, loaded back ("state-dict")."""
+        session = self.session
         candidate_state = session.candidate.state_dict(keep_vars=True)
-        changed = {name: value for name, value in zip(request.names, values) if name in candidate_state}
+        changed = {name: session.reference_state[name] for name in names if name in candidate_state}
         with torch.no_grad():
-            if request.how == "state-dict":  # its own state dict, these entries changed, loaded back
+            if how == "state-dict":
                 state = {name: t.detach().clone() for name, t in session.candidate.state_dict().items()}
                 loaded = guarded(lambda: session.candidate.load_state_dict({**state, **changed}),
                                  stage="probe", code="forward-error", what="ModelNew.load_state_dict",
@@ -247,7 +266,7 @@ class Worker:
                     return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
                 return _reply([])
             for name, value in changed.items():
-                if request.how == "replace":
+                if how == "replace":
                     owner, attr = _owner(session.candidate, name)
                     old = getattr(owner, attr)
                     fresh = torch.empty_like(old.detach()).copy_(value)  # the candidate's dtype, device, layout

@@ -29,6 +29,12 @@ class Session:
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
     seeding: CallSeeding | None = None  # set at construction: the generators' seed before each call
     own_ops: tuple[str, ...] = ()  # operators the candidate registered with torch while it was imported
+    # a copy of the reference's state as loaded, which the probes' parameter changes are made on, as the
+    # referee makes them on the reference (proc/perturb.py): which entries are parameters, what a range
+    # probe moved
+    reference_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    reference_parameters: set[str] = field(default_factory=set)
+    range_originals: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def call(self, args: list):
         """One candidate call in inference mode (the generators seeded as the referee seeds them before

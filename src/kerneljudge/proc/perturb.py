@@ -1,0 +1,95 @@
+"""The probes' parameter changes, made alike in the referee and in the worker from the judge's seed.
+
+A probe changes the reference's parameters and buffers (from a secret seed, or one state entry moved by a
+range probe) and the candidate must follow. The referee makes the change on the reference; the worker makes
+the same change on its copy of the reference's state (received once, at construction) and writes it into
+ModelNew: the same draws from the same seed on the same device give the same values, so no state crosses
+between the processes per change (each change of level2/51's 256 MiB weight crossed the host twice).
+A worker that changes the values otherwise only makes its own outputs wrong: the referee's expectation is
+computed from its own change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+INPUTS = "inputs"  # a range probe's target: every floating input
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A range probe's move: `target` (INPUTS, "input:N" or a state-dict entry) becomes target * scale + shift."""
+
+    target: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.target} x{self.scale:g}" if self.shift == 0 else f"{self.target} {self.shift:+g}"
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Transform":
+        return cls(str(data["target"]), float(data["scale"]), float(data["shift"]))
+
+    def applies_to_input(self, index: int) -> bool:
+        return self.target in (INPUTS, f"input:{index}")
+
+    def inputs(self, args: list) -> list:
+        return [a * self.scale + self.shift if isinstance(a, torch.Tensor) and a.is_floating_point()
+                and self.applies_to_input(i) else a for i, a in enumerate(args)]
+
+
+def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """A model's state entries (the tensors themselves, changed in place by `perturb` and `move`) and which
+    of them are parameters."""
+    return model.state_dict(keep_vars=True), {n for n, _ in model.named_parameters()}
+
+
+def perturb(state: dict[str, torch.Tensor], parameters: set[str], seed: int, names: list[str] | None, *,
+            replace: bool, device: torch.device) -> list[str]:
+    """Change the floating entries of `state` (`names`, or all) in place from `seed`: values scaled by
+    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
+    zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
+    new parameter objects would bring (buffers are scaled either way). Returns the names changed."""
+    generator = torch.Generator(device).manual_seed(seed)
+    changed = []
+    with torch.no_grad():
+        for name, t in state.items():
+            if (names is not None and name not in names) or not t.is_floating_point():
+                continue
+            if replace and name in parameters:
+                t.copy_(_uniform(t, generator, -0.5, 0.5))
+            else:
+                t.mul_(_uniform(t, generator, 0.5, 1.5))
+                if name in parameters:
+                    t.add_(_uniform(t, generator, -0.1, 0.1))
+            changed.append(name)
+    return changed
+
+
+def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None) -> list[str]:
+    """Put back the entries the previous range probe moved (kept in `originals`), then move `transform`'s
+    target if it is a state entry: the names of the entries that changed."""
+    names = list(originals)
+    with torch.no_grad():
+        for name in names:
+            state[name].copy_(originals.pop(name))
+        if transform is not None and transform.target in state:
+            entry = state[transform.target]
+            originals[transform.target] = entry.detach().clone()
+            entry.mul_(transform.scale).add_(transform.shift)
+            names.append(transform.target)
+    return names
+
+
+def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
+    """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
+    worth of float64 draws on the CPU takes seconds)."""
+    values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+    return (values * (high - low) + low).to(like.dtype)

@@ -1,0 +1,22 @@
+"""The worker makes the probes' parameter changes itself, on its copy of the reference's state: this
+candidate makes its process skip them (so that values it derived once stay right), and computes from what it
+holds. The referee compares with the reference after its own change: the probes fail it."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kerneljudge.worker.server as server
+
+server.perturb = lambda state, parameters, seed, names, **how: [n for n in state if names is None or n in names]
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        w_mean = self.gemm.weight.mean(0)
+        c = self.gemm.bias.mean() - self.subtract.mean()
+        return x + F.gelu(x @ w_mean + c).unsqueeze(1)
