@@ -63,6 +63,41 @@ def test_a_worker_that_skips_the_parameter_changes_only_fails_itself(fast):
     assert result.verdict == "fail" and "stale-parameters" in failing(result), [(f.code, f.message) for f in result.findings]
 
 
+TIED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.a = nn.Linear(n, n)
+        self.b = nn.Linear(n, n)
+        self.b.weight = self.a.weight  # one tensor under two names
+
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
+    # the probes change one tensor under two names twice in the referee: the worker's copy is tied alike
+    problem, honest = tmp_path / "tied.py", tmp_path / "tied_honest.py"
+    problem.write_text(TIED)
+    honest.write_text(TIED.replace("class Model(", "class ModelNew("))
+    result = api.evaluate(problem, honest, fast, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert "a.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
+
+
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     # row 24 on the CPU: claims cut to 1% leave ~10 ms per call unexplained by the judge's clock
     result = judge(fast, "shrunk_times", timing=SHORT_TIMING)

@@ -304,6 +304,7 @@ class Construct(Request):
     names: list[str] | None = None
     call_seed: int | None = None  # the generators are seeded with it before every candidate call (proc/rng)
     parameters: list[str] | None = None  # which of `names` are parameters (the probes change them: proc/perturb)
+    tied: dict[str, str] | None = None  # entries that are the tensor of an earlier entry (proc/perturb.ties)
 
 
 @request

@@ -51,6 +51,21 @@ def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
     return model.state_dict(keep_vars=True), {n for n, _ in model.named_parameters()}
 
 
+def ties(names: list[str], tensors: list[torch.Tensor]) -> dict[str, str]:
+    """Entries that are the very tensor of an earlier entry (tied weights): name -> that entry's name. The
+    worker ties its copy of the state the same way, so that a change made twice to one tensor (once per
+    name) is made alike in both processes."""
+    first: dict[tuple, str] = {}
+    tied: dict[str, str] = {}
+    for name, t in zip(names, tensors):
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    return tied
+
+
 def perturb(state: dict[str, torch.Tensor], parameters: set[str], seed: int, names: list[str] | None, *,
             replace: bool, device: torch.device) -> list[str]:
     """Change the floating entries of `state` (`names`, or all) in place from `seed`: values scaled by

@@ -18,6 +18,7 @@ from kerneljudge import protocol, timing
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
 from kerneljudge.proc.inputs import same_bits, seed_generators
+from kerneljudge.proc.perturb import ties
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
@@ -114,7 +115,7 @@ class Referee:
         names, tensors = self.session.state()
         meta, state_blobs = tensorwire.pack_values(tensors)
         data = {"names": names, "state": meta, "float64": self.session.reference64 is not None,
-                "parameters": [n for n, _ in self.session.reference.named_parameters()]}
+                "parameters": [n for n, _ in self.session.reference.named_parameters()], "tied": ties(names, tensors)}
         if request.kernelbench:
             torch.manual_seed(KERNELBENCH_SEED)
             data["trial_seeds"] = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(64)]

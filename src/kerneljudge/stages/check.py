@@ -33,7 +33,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
                                                      j.options.check.float64_budget_mb)), STAGE)
         state = None if kernelbench else ready["state"]
         j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"], call_seed,
-                                                ready.get("parameters")), ready["_blobs"]), STAGE)
+                                                ready.get("parameters"), ready.get("tied")), ready["_blobs"]), STAGE)
     except StageEnded:
         return None
     return ready

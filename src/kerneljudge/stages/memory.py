@@ -2,8 +2,9 @@
 `memory` block (the judge's peak against the problem's footprint and the device's total).
 
 The judge's memory is what its two torch processes hold: each keeps the parameters, the inputs and the
-outputs, and the referee also the candidate's output it compares. So the least a judgement needs is
-twice the parameters and the inputs and three times the outputs; a problem whose least need exceeds
+outputs, the worker also the reference's state it makes the probes' parameter changes on (proc/perturb.py)
+and the referee the candidate's output it compares. So the least a judgement needs is three times the
+parameters, twice the inputs and three times the outputs; a problem whose least need exceeds
 the device is `problem-too-large`. The peak is reported per process and per device (the resident set,
 and the GPU allocator's high-water mark on a GPU) and as a multiple of the problem's footprint
 (parameters, inputs, outputs and, measured on a GPU, the reference's activations).
@@ -27,7 +28,7 @@ GB = 1e9
 
 def least_need_bytes(estimate: dict[str, int]) -> int:
     """What the two processes must hold at once, at the least (see the module's docstring)."""
-    return 2 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
+    return 3 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
 
 
 def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, Any]) -> None:
@@ -42,8 +43,8 @@ def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, An
     if need > total:
         j.findings.append(Finding.of(
             "problem-too-large", f"the problem needs {need / GB:.1f} GB at the least (parameters "
-            f"{estimate['parameters_bytes'] / GB:.2f} GB and inputs {estimate['inputs_bytes'] / GB:.2f} GB in each of "
-            f"the two processes, outputs {estimate['outputs_bytes'] / GB:.2f} GB three times), more than the "
+            f"{estimate['parameters_bytes'] / GB:.2f} GB three times, inputs {estimate['inputs_bytes'] / GB:.2f} GB "
+            f"twice, outputs {estimate['outputs_bytes'] / GB:.2f} GB three times), more than the "
             f"device's {total / GB:.1f} GB", stage=STAGE, need_bytes=need, device_total_bytes=total, **estimate))
         raise StageEnded()
 

@@ -188,6 +188,9 @@ class Worker:
         candidate = made.value
         if request.state is not None:
             state = dict(zip(request.names or [], tensorwire.unpack_values(request.state, blobs, self.device)))
+            for name, first in (request.tied or {}).items():  # one tensor under two names, as in the reference
+                if name in state and first in state:
+                    state[name] = state[first]
             mismatch = _load_state(candidate, state)
             if mismatch is not None:
                 return _reply([mismatch])
