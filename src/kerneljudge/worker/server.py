@@ -273,8 +273,8 @@ class Worker:
                     owner, attr = _owner(session.candidate, name)
                     old = getattr(owner, attr)
                     fresh = torch.empty_like(old.detach()).copy_(value)  # the candidate's dtype, device, layout
-                    setattr(owner, attr, torch.nn.Parameter(fresh, requires_grad=old.requires_grad)
-                            if isinstance(old, torch.nn.Parameter) else fresh)
+                    _replace_everywhere(session.candidate, old, torch.nn.Parameter(fresh, requires_grad=old.requires_grad)
+                                        if isinstance(old, torch.nn.Parameter) else fresh)
                 else:
                     candidate_state[name].copy_(value)
         return _reply([])
@@ -464,6 +464,15 @@ def _load_state(candidate, reference_state: dict) -> Finding | None:
                           missing=missing)
     candidate.load_state_dict(reference_state, strict=False)
     return None
+
+
+def _replace_everywhere(module: torch.nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
+    """`new` wherever `module` holds `old` as a parameter or buffer: a tensor it ties under several names
+    stays tied, as the reference's does when the referee changes it in place."""
+    for owner in module.modules():
+        for attr, held in [*owner._parameters.items(), *owner._buffers.items()]:
+            if held is old:
+                setattr(owner, attr, new)
 
 
 def _owner(module: torch.nn.Module, dotted: str) -> tuple[torch.nn.Module, str]:
