@@ -7,6 +7,8 @@ whole session so a C++ extension is compiled once per run of the suite.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,11 +21,18 @@ import torch
 
 from kerneljudge.options import Options
 
-# Without a GPU, Triton runs through its interpreter, and that must be chosen before this process first imports
-# triton (any test may, through torch): a test that loads a Triton solution here (test_inference_mode.py) then
-# works whichever test ran first. Worker processes get it from the judge (proc/machine.interpret_triton).
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+# Without a GPU, Triton runs through its interpreter, and triton.language's own functions take the mode they
+# are imported in: imported here under the interpreter, before any test imports triton (problem lint does,
+# through torch), a test that loads a Triton solution in this process (test_inference_mode.py) works whichever
+# test ran first. The variable is put back at once: workers get it from the judge (machine.interpret_triton).
+if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None and "triton" not in sys.modules:
+    _before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    importlib.import_module("triton.language")
+    if _before is None:
+        del os.environ["TRITON_INTERPRET"]
+    else:
+        os.environ["TRITON_INTERPRET"] = _before
 
 CANDIDATES = Path(__file__).parent / "candidates"
 SEED = "level2/51"  # the seed problem, run with its `small` preset on the CPU

@@ -57,10 +57,24 @@ def test_a_worker_that_draws_inputs_of_its_own_choosing_only_fails_itself(fast):
 
 
 def test_a_worker_that_skips_the_parameter_changes_only_fails_itself(fast):
-    # the worker makes the probes' parameter changes on its copy of the reference's state; this one skips them
+    # the worker makes the probes' parameter changes on its copy of the reference's state; this one skips them:
+    # its fingerprints differ from the referee's, the referee's entries are sent instead, and the replaced
+    # judge function is named
     result = judge(fast, "skipped_changes", check={"trials": 2})
     assert all(t.passed for t in result.trials), [(f.code, f.message) for f in result.findings]
-    assert result.verdict == "fail" and "stale-parameters" in failing(result), [(f.code, f.message) for f in result.findings]
+    assert result.verdict == "fail" and failing(result) == {"tampering"}, [(f.code, f.message) for f in result.findings]
+    assert result.probes["parameter_changes_sent"] >= 1
+
+
+def test_a_workers_absurd_memory_figures_neither_crash_the_judge_nor_count(fast):
+    result = judge(fast, "forged_memory", check={"trials": 2}, probes=False)
+    # the guard names the judge functions it replaced; the evaluation still ends with its memory block
+    assert failing(result) == {"tampering"} and all(t.passed for t in result.trials), result.findings
+    memory = result.memory
+    assert memory["footprint"]["total_bytes"] > 0  # the referee's, not the worker's string
+    # the worker's figures are refused (malformed) or not counted, so the judge's peaks are not built on them
+    assert 0 < memory["judge_peak_bytes"] < 1 << 40 and 0 < memory["processes_peak_sum_bytes"] < 1 << 40
+    assert "worker" not in memory["stages"]["check"]  # "many" is no byte count
 
 
 TIED = """import torch
@@ -88,14 +102,51 @@ def get_init_inputs():
 """
 
 
+CLAMPS_ITSELF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.clamp_(min=0.0)  # the reference changes its own state when called
+        return x * self.w
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def test_a_reference_that_changes_its_own_state_gets_its_entries_sent(fast, tmp_path):
+    # the worker's copy of the reference's state (as constructed) no longer follows the referee's clamped one:
+    # the fingerprints differ, and the referee's entries are sent instead, so the honest candidate passes
+    problem, honest = tmp_path / "clamps.py", tmp_path / "clamps_honest.py"
+    problem.write_text(CLAMPS_ITSELF)
+    honest.write_text(CLAMPS_ITSELF.replace("class Model(", "class ModelNew("))
+    result = api.evaluate(problem, honest, fast, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert result.probes["parameter_changes_sent"] >= 1
+
+
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
     # the probes change one tensor under two names twice in the referee: the worker's copy is tied alike
+    # (and an honest candidate's replaced parameter is replaced under both its names)
     problem, honest = tmp_path / "tied.py", tmp_path / "tied_honest.py"
     problem.write_text(TIED)
     honest.write_text(TIED.replace("class Model(", "class ModelNew("))
     result = api.evaluate(problem, honest, fast, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert "a.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
+    assert "parameter_changes_sent" not in result.probes  # tied alike, never out of step
 
 
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):

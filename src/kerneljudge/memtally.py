@@ -19,6 +19,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_BYTES = 1 << 60  # no device holds an exabyte: a larger claim is malformed
+
 
 @dataclass(frozen=True)
 class Span:
@@ -38,6 +40,7 @@ class MemoryTally:
     device_type: str
     count: int = 0
     spans: list[Span] = field(default_factory=list)
+    reset: bool = True  # False once a process said its marks could not be reset: its peaks are lifetime peaks
     _last_end: dict[str, int] = field(default_factory=dict)
 
     def sent(self) -> int:
@@ -52,9 +55,11 @@ class MemoryTally:
         if numbers is None:
             return
         between, peak, held = numbers
+        self.reset = self.reset and figures.get("reset") is True
         before = self._last_end.get(role, 0)
         if sent_at - before > 1:  # other requests (the other process's, or this one's batches) ran between
-            self.spans.append(Span(role, before, sent_at, between, between))
+            previous = next((s.held_bytes for s in reversed(self.spans) if s.role == role), 0)
+            self.spans.append(Span(role, before, sent_at, between, previous))
         self.spans.append(Span(role, sent_at, self.count, peak, held))
         self._last_end[role] = self.count
 
@@ -87,10 +92,11 @@ class MemoryTally:
 
 
 def _figures(figures: Any, device_type: str) -> tuple[int, int, int] | None:
-    """(between, peak, held) from a reply's memory figures when they are well formed and of the device."""
+    """(between, peak, held) from a reply's memory figures when they are well formed and of the device (byte
+    counts below MAX_BYTES: a claim of 10**400 bytes is not a figure)."""
     if not isinstance(figures, dict) or figures.get("device") != device_type:
         return None
     values = [figures.get(k) for k in ("between", "peak", "held")]
-    if not all(type(v) is int and v >= 0 for v in values):
+    if not all(type(v) is int and 0 <= v < MAX_BYTES for v in values):
         return None
     return values[0], values[1], values[2]

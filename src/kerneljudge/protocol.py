@@ -204,10 +204,30 @@ class Perturb(Request):
     of the reference's state and writes the change into ModelNew `how`: "in-place" (copied into the tensors
     it holds), "replace" (new Parameter or buffer objects; parameters get new values, as new objects would
     bring) or "state-dict" (its own state_dict, with these entries changed, loaded back). Reply: the names
-    of the entries changed."""
+    of the entries changed (the referee's) and their fingerprint (proc/perturb.fingerprint; both)."""
     op: ClassVar[str] = "perturb"
     seed: int
     names: list[str] | None = None
+    how: str = "in-place"
+
+
+@request
+@dataclass(frozen=True)
+class StateOf(Request):
+    """The reference's state-dict entries `names` as they are now (blobs): for a worker whose copy of the
+    reference's state no longer follows the reference (SyncState)."""
+    op: ClassVar[str] = "state-of"
+    names: list[str]
+
+
+@request
+@dataclass(frozen=True)
+class SyncState(Request):
+    """The reference's entries (blobs, from StateOf) into the worker's copy of the reference's state, then
+    into ModelNew `how` (as Perturb says). Reply: the entries' fingerprint."""
+    op: ClassVar[str] = "sync-state"
+    names: list[str]
+    state: list[dict[str, Any]]
     how: str = "in-place"
 
 

@@ -45,7 +45,9 @@ def device_free_bytes(device: torch.device) -> int:
 # are reset to measure one reference call, one request or one stage; the highest marks of the process, the
 # stage and the request so far are kept here across resets, per device type (this process's own state).
 _marks: dict[str, dict[str, int]] = {}
-_rss_resettable = [True]  # False once the kernel refused a reset: the resident set's mark then only grows
+# False once the kernel refused a reset (as it does to a process that is not dumpable, unless it runs as root:
+# the referee and the worker are not): the resident set's mark then only grows, and the figures say so
+_rss_resettable = [True]
 
 
 def _vm_hwm_bytes() -> int:
@@ -91,7 +93,7 @@ def cuda_call_start(device: torch.device) -> int:
 
 def stage_peak_bytes(device: torch.device) -> int:
     """At a stage's end: the peak since the last stage's end (then a new mark), the allocator's on a GPU, the
-    resident set's on a CPU (where the kernel refuses the reset: its high-water mark so far)."""
+    resident set's on a CPU (where the kernel refuses the reset: the high-water mark so far)."""
     marks = _fold(device)
     peak, marks["stage"] = marks["stage"], held_bytes(device)
     return peak
@@ -110,7 +112,8 @@ def request_end(device: torch.device, between: int) -> dict[str, Any]:
     """After a request, on the device `request_start` measured: what the judge tallies (memtally.py), the
     peak before the request, the peak during it and what the process holds now, in bytes."""
     marks = _fold(device)
-    return {"device": device.type, "between": between, "peak": marks["request"], "held": held_bytes(device)}
+    return {"device": device.type, "between": between, "peak": marks["request"], "held": held_bytes(device),
+            "reset": device.type == "cuda" or _rss_resettable[0]}
 
 
 def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:

@@ -103,6 +103,13 @@ def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], tra
     return names
 
 
+def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]:
+    """Each entry's sum in float64, in `names`' order: both processes send theirs after a change, so a
+    worker's copy that no longer follows the reference (a reference that changes its own state in forward,
+    entries sharing storage in other ways than `ties` sees) is told apart from a candidate's stale cache."""
+    return [float(torch.sum(state[name].detach(), dtype=torch.float64)) for name in names]
+
+
 def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
     """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
     worth of float64 draws on the CPU takes seconds)."""

@@ -115,6 +115,8 @@ class Float64Plan:
                          "along dimension 0")
             return None
         try:
+            batch = _batch(inputs)
+            self.chunks = math.ceil(batch / math.ceil(batch / self.chunks))  # as many as run (describe, sample)
             return _chunked(run64, inputs, expected, self.chunks, self.split)
         except Exception as exc:  # noqa: BLE001
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")

@@ -18,7 +18,7 @@ from kerneljudge import protocol, timing
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
 from kerneljudge.proc.inputs import same_bits, seed_generators
-from kerneljudge.proc.perturb import ties
+from kerneljudge.proc.perturb import fingerprint, ties
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
@@ -56,7 +56,7 @@ class Referee:
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
             protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan,
-            protocol.RangeSet: self.range_set,
+            protocol.RangeSet: self.range_set, protocol.StateOf: self.state_of,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
@@ -179,7 +179,16 @@ class Referee:
         return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
-        return {"names": self.session.perturb(request.seed, request.names, request.how == "replace")}, []
+        return self._changed(self.session.perturb(request.seed, request.names, request.how == "replace"))
+
+    def _changed(self, names: list[str]) -> Reply:
+        """The entries a probe changed, and their fingerprint (proc/perturb.fingerprint)."""
+        return {"names": names, "fingerprint": fingerprint(self.session.reference.state_dict(), names)}, []
+
+    def state_of(self, request: protocol.StateOf, blobs: list) -> Reply:
+        names, tensors = self.session.state(request.names)
+        meta, state_blobs = tensorwire.pack_values(tensors)
+        return {"names": names, "state": meta}, state_blobs
 
     def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
         return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
@@ -198,7 +207,7 @@ class Referee:
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None
-        return {"names": self.session.set_range(transform)}, []
+        return self._changed(self.session.set_range(transform))
 
     def profile_reference(self, request: protocol.ProfileReference, blobs: list) -> Reply:
         session = self.session

@@ -17,7 +17,7 @@ from typing import Any
 
 from kerneljudge import protocol
 from kerneljudge.isolation import WorkerFailure
-from kerneljudge.memtally import MemoryTally
+from kerneljudge.memtally import MAX_BYTES, MemoryTally
 from kerneljudge.records import Finding
 from kerneljudge.seeds import derive_seed
 from kerneljudge.stages.context import Judging, StageEnded
@@ -66,40 +66,51 @@ def _ask_both(j: Judging, request: protocol.MemoryReport) -> dict[str, dict[str,
 def report(j: Judging, block: dict[str, Any]) -> None:
     """Into the memory `block`: each process's peaks, the problem's footprint, the device's total, the ratio."""
     for name, reply in _ask_both(j, protocol.MemoryReport()).items():
-        block["device_total_bytes"] = reply.pop("device_total_bytes", block.get("device_total_bytes"))
-        for key in ("footprint", "reference"):
-            if key in reply:
-                block[key] = reply.pop(key)
+        if name == "referee":  # the device, the footprint and the float64 plan: from the trusted side only
+            block["device_total_bytes"] = reply.pop("device_total_bytes", block.get("device_total_bytes"))
+            for key in ("footprint", "reference"):
+                if key in reply:
+                    block[key] = reply.pop(key)
         reply.pop("findings", None), reply.pop("poisoned", None)
         block[name] = {k: v for k, v in reply.items() if type(v) is int}  # the worker's are claims: numbers only
-    block.update(_ratios(block, j.tally))
+    block.update(_ratios(block, j.tally, j.device))
 
 
 def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
     """Each process's peak in `stage`, just ended, into block["stages"] (GPU: the allocator's peak during the
-    stage; CPU: the resident set's high-water mark at its end), so a peak can be traced to its stage."""
+    stage; CPU: the resident set's, where the system lets the mark be reset, else its high-water mark so
+    far), so a peak can be traced to its stage."""
     block.setdefault("stages", {})[stage] = {  # the worker's is a claim: a number only
         name: reply["stage_peak_bytes"] for name, reply in _ask_both(j, protocol.MemoryReport(stage=stage)).items()
         if type(reply.get("stage_peak_bytes")) is int}
 
 
-def _ratios(block: dict[str, Any], tally: MemoryTally | None) -> dict[str, Any]:
+def _ratios(block: dict[str, Any], tally: MemoryTally | None, device: str) -> dict[str, Any]:
     """The judge's peak and its multiple of the footprint: both processes' memory at once, request by request
     (memtally.py: on a GPU the allocators' peaks, on a CPU the resident sets above their baselines), and
-    beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once)."""
+    beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once). The
+    worker's figures are claims: numbers below memtally.MAX_BYTES, a missing one counted as 0."""
     footprint = (block.get("footprint") or {}).get("total_bytes")
     processes = {p: block[p] for p in ("referee", "worker") if p in block}
     if not processes:
         return {}
-    on_gpu = all("cuda_peak_bytes" in p for p in processes.values())
+
+    def figure(process: dict, key: str) -> int:
+        value = process.get(key, 0)
+        return value if 0 <= value < MAX_BYTES else 0
+
+    on_gpu = device.startswith("cuda")
     if on_gpu:
-        summed, baselines = sum(p["cuda_peak_bytes"] for p in processes.values()), {}
+        summed, baselines = sum(figure(p, "cuda_peak_bytes") for p in processes.values()), {}
     else:
-        summed = sum(max(0, p["rss_peak_bytes"] - p["rss_baseline_bytes"]) for p in processes.values())
-        baselines = {name: p["rss_baseline_bytes"] for name, p in processes.items()}
+        baselines = {name: figure(p, "rss_baseline_bytes") for name, p in processes.items()}
+        summed = sum(max(0, figure(p, "rss_peak_bytes") - baselines[name]) for name, p in processes.items())
     what = "cuda max_memory_allocated" if on_gpu else "resident sets above each one's when the problem's work began"
     if tally is not None and tally.roles() == set(processes):
-        peak, measured = tally.peak_bytes(baselines), f"both processes at once, request by request ({what})"
+        peak = tally.peak_bytes(baselines)
+        measured = (f"both processes at once, request by request ({what})" if tally.reset else
+                    f"both processes at once, request by request, from marks the system would not reset (each "
+                    f"request's peak is its process's peak so far: an upper bound; {what})")
     else:
         peak, measured = summed, f"the sum of each process's peak ({what})"
     return {"judge_peak_bytes": peak, "judge_peak_measured": measured, "processes_peak_sum_bytes": summed,

@@ -11,6 +11,7 @@ is no better than silence (README: what the judge trusts).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -183,6 +184,7 @@ def probe_refilled_inputs(j: Judging) -> list[Finding]:
 CHANGES = {"in-place": "changed in place", "replace": "replaced by new objects",
            "state-dict": "loaded back through a state-dict round trip"}
 MAX_ALONE = 6  # entries changed one at a time per way of changing; beyond it a secret sample (bounded cost)
+FINGERPRINT_TOLERANCE = 1e-9  # the same change on the same values sums alike: only rounding may differ
 
 
 def _change(j: Judging, label: str, names: list[str] | None, how: str) -> str | None:
@@ -190,9 +192,8 @@ def _change(j: Judging, label: str, names: list[str] | None, how: str) -> str | 
     and writes it into ModelNew the `how` way, and on new inputs the candidate must match again: the
     failure, or None. The previous call warmed whatever the candidate caches."""
     change = protocol.Perturb(_seed(j, f"{label}-values"), names, how)
-    if not j.take(j.referee.call(change), STAGE).get("names"):
+    if not _made_alike(j, change):
         return None
-    j.take(j.worker.call(change), STAGE)
     return _check_again(j, f"{label}-check")
 
 
@@ -272,9 +273,40 @@ def probe_ranges(j: Judging) -> list[Finding]:
 
 
 def _set_range(j: Judging, transform: dict | None) -> None:
-    move = protocol.RangeSet(transform)
-    if j.take(j.referee.call(move), STAGE).get("names"):
-        j.take(j.worker.call(move), STAGE)
+    _made_alike(j, protocol.RangeSet(transform))
+
+
+def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> bool:
+    """A parameter change made by the referee, then by the worker on its copy of the reference's state
+    (proc/perturb.py): whether any entry changed. The two fingerprints of the changed entries must agree.
+    Where they do not, the worker's copy no longer follows the reference (a reference that changes its own
+    state when called, entries sharing storage in a way `ties` does not see): the referee's entries are sent
+    to the worker instead, as all changes were before the eighth session. Still different after that, the
+    worker's process says otherwise than it was sent: that is its own doing (`tampering`)."""
+    done = j.take(j.referee.call(change), STAGE)
+    names = protocol.strings(done.get("names") or [], "names")
+    if not names:
+        return False
+    ours = [protocol.number(v, "fingerprint") for v in done.get("fingerprint", [])]
+    how = change.how if isinstance(change, protocol.Perturb) else "in-place"
+    if _same(j.take(j.worker.call(change), STAGE), ours):
+        return True
+    j.info["parameter_changes_sent"] = j.info.get("parameter_changes_sent", 0) + 1
+    state = j.take(j.referee.call(protocol.StateOf(names)), STAGE)
+    synced = j.take(j.worker.call(protocol.SyncState(state["names"], state["state"], how), state["_blobs"]), STAGE)
+    if not _same(synced, ours):
+        j.findings.append(Finding.of("tampering", "the worker's process reported other values of the reference's "
+                                     "parameters than it was sent", stage=STAGE))
+        raise StageEnded()
+    return True
+
+
+def _same(reply: dict, fingerprint: list[float]) -> bool:
+    """Whether a worker's reply carries `fingerprint` (the referee's), to FINGERPRINT_TOLERANCE."""
+    theirs = reply.get("fingerprint")
+    return isinstance(theirs, list) and len(theirs) == len(fingerprint) and all(
+        math.isclose(protocol.number(v, "fingerprint"), o, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
+        for v, o in zip(theirs, fingerprint))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.inputs import equal_bits, make_inputs, seed_generators
-from kerneljudge.proc.perturb import Transform, move, perturb
+from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -58,7 +58,7 @@ class Worker:
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Build: self.build, protocol.CompileOnly: self.compile,
             protocol.Construct: self.construct, protocol.Forward: self.forward, protocol.Perturb: self.perturb,
-            protocol.RangeSet: self.range_set,
+            protocol.RangeSet: self.range_set, protocol.SyncState: self.sync_state,
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
             protocol.Ready: lambda request, blobs: _reply([]), protocol.ShareOutputs: self.share_outputs,
@@ -252,11 +252,25 @@ class Worker:
         return self._write_state(move(self.session.reference_state, self.session.range_originals, transform),
                                  "in-place")
 
+    def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
+        """The reference's entries as the referee holds them, into this process's copy, then into ModelNew."""
+        values = tensorwire.unpack_values(request.state, blobs, self.device)
+        state = self.session.reference_state
+        with torch.no_grad():
+            for name, value in zip(request.names, values):
+                if name in state:
+                    state[name].copy_(value)
+                else:
+                    state[name] = value
+        return self._write_state([n for n in request.names if n in state], request.how)
+
     def _write_state(self, names: list[str], how: str) -> Reply:
         """The reference state's entries `names` written into ModelNew: copied into the tensors it holds
         ("in-place"), as new Parameter or buffer objects ("replace"), or through its own state dict with these
-        entries changed, loaded back ("state-dict")."""
+        entries changed, loaded back ("state-dict"). The reply carries the entries' fingerprint, which the
+        judge holds against the referee's (proc/perturb.fingerprint)."""
         session = self.session
+        marked = fingerprint(session.reference_state, names)
         candidate_state = session.candidate.state_dict(keep_vars=True)
         changed = {name: session.reference_state[name] for name in names if name in candidate_state}
         with torch.no_grad():
@@ -267,7 +281,7 @@ class Worker:
                                  source_file=self._source())
                 if loaded.failure:
                     return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
-                return _reply([])
+                return _reply([], fingerprint=marked)
             for name, value in changed.items():
                 if how == "replace":
                     owner, attr = _owner(session.candidate, name)
@@ -277,7 +291,7 @@ class Worker:
                                         if isinstance(old, torch.nn.Parameter) else fresh)
                 else:
                     candidate_state[name].copy_(value)
-        return _reply([])
+        return _reply([], fingerprint=marked)
 
     def observe(self, request: protocol.Observe, blobs: list) -> Reply:
         """One watched call (or two) of the candidate. Each call gets its own inputs, drawn right before it

@@ -1,6 +1,7 @@
 """The worker makes the probes' parameter changes itself, on its copy of the reference's state: this
-candidate makes its process skip them (so that values it derived once stay right), and computes from what it
-holds. The referee compares with the reference after its own change: the probes fail it."""
+candidate makes its process skip them, and computes from what it holds. The fingerprints of the changed
+entries then differ from the referee's, and the judge sends the referee's entries instead: the candidate
+gets the changed values anyway, and the guard names the judge function it replaced."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
