@@ -19,8 +19,7 @@ from kerneljudge.proc.inputs import seed_generators
 def rss_now_bytes() -> int:
     """This process's resident set now (the baseline: taken when the problem's work begins, after torch,
     the problem and the candidate are imported)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(os.pread(_proc_fd("/proc/self/statm", os.O_RDONLY), 256, 0).split()[1]) * _PAGE_BYTES
 
 
 def device_total_bytes(device: torch.device) -> int:
@@ -50,13 +49,24 @@ _marks: dict[str, dict[str, int]] = {}
 _rss_resettable = [True]
 
 
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_proc_files: dict[str, int] = {}  # path -> descriptor, this process's own (`_proc_fd`)
+
+
+def _proc_fd(path: str, flags: int) -> int:
+    """A descriptor of this process's /proc file `path`, opened once per process (every request reads or
+    writes two of them: opened each time, that was most of the 0.15 ms a request's figures cost)."""
+    key = f"{os.getpid()}:{path}"  # a forked child opens its own: the parent's would be the parent's file
+    if key not in _proc_files:
+        _proc_files[key] = os.open(path, flags | os.O_CLOEXEC)
+    return _proc_files[key]
+
+
 def _vm_hwm_bytes() -> int:
     """This process's resident-set high-water mark since its last reset (Linux reports kilobytes)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return rss_now_bytes()
+    status = os.pread(_proc_fd("/proc/self/status", os.O_RDONLY), 1 << 16, 0)
+    start = status.find(b"VmHWM:")
+    return int(status[start:status.index(b"\n", start)].split()[1]) * 1024 if start >= 0 else rss_now_bytes()
 
 
 def _high_water(device: torch.device) -> int:
@@ -78,8 +88,7 @@ def _fold(device: torch.device) -> dict[str, int]:
         torch.cuda.reset_peak_memory_stats(device)
     elif _rss_resettable[0]:
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
+            os.write(_proc_fd("/proc/self/clear_refs", os.O_WRONLY), b"5")
         except OSError:
             _rss_resettable[0] = False
     return marks
