@@ -126,25 +126,27 @@ def get_init_inputs():
 """
 
 
+def honest_pass(options, folder, source: str):
+    """The problem `source` judged with itself as the candidate (Model renamed ModelNew): it passes."""
+    problem, honest = folder / "problem.py", folder / "honest.py"
+    problem.write_text(source)
+    honest.write_text(source.replace("class Model(", "class ModelNew("))
+    result = api.evaluate(problem, honest, options, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    return result
+
+
 def test_a_reference_that_changes_its_own_state_gets_its_entries_sent(fast, tmp_path):
     # the worker's copy of the reference's state (as constructed) no longer follows the referee's clamped one:
     # the fingerprints differ, and the referee's entries are sent instead, so the honest candidate passes
-    problem, honest = tmp_path / "clamps.py", tmp_path / "clamps_honest.py"
-    problem.write_text(CLAMPS_ITSELF)
-    honest.write_text(CLAMPS_ITSELF.replace("class Model(", "class ModelNew("))
-    result = api.evaluate(problem, honest, fast, check={"trials": 2})
-    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    result = honest_pass(fast, tmp_path, CLAMPS_ITSELF)
     assert result.probes["parameter_changes_sent"] >= 1
 
 
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
     # the probes change one tensor under two names twice in the referee: the worker's copy is tied alike
     # (and an honest candidate's replaced parameter is replaced under both its names)
-    problem, honest = tmp_path / "tied.py", tmp_path / "tied_honest.py"
-    problem.write_text(TIED)
-    honest.write_text(TIED.replace("class Model(", "class ModelNew("))
-    result = api.evaluate(problem, honest, fast, check={"trials": 2})
-    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    result = honest_pass(fast, tmp_path, TIED)
     assert "a.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
     assert "parameter_changes_sent" not in result.probes  # tied alike, never out of step
 
