@@ -9,7 +9,7 @@ so a baseline taken when the problem's work begins (the resident set then) is re
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -78,8 +78,9 @@ def held_bytes(device: torch.device) -> int:
     return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else rss_now_bytes()
 
 
-def _fold(device: torch.device) -> dict[str, int]:
-    """The high-water mark since the last reset into the kept marks, then a new mark (from what is held now)."""
+def _fold(device: torch.device) -> tuple[dict[str, int], int]:
+    """The high-water mark since the last reset into the kept marks, then a new mark (from what is held now):
+    the kept marks, and the mark that was folded."""
     marks = _marks.setdefault(device.type, {"process": 0, "stage": 0, "request": 0})
     peak = _high_water(device)
     for name in marks:
@@ -91,7 +92,7 @@ def _fold(device: torch.device) -> dict[str, int]:
             os.write(_proc_fd("/proc/self/clear_refs", os.O_WRONLY), b"5")
         except OSError:
             _rss_resettable[0] = False
-    return marks
+    return marks, peak
 
 
 def cuda_call_start(device: torch.device) -> int:
@@ -103,7 +104,7 @@ def cuda_call_start(device: torch.device) -> int:
 def stage_peak_bytes(device: torch.device) -> int:
     """At a stage's end: the peak since the last stage's end (then a new mark), the allocator's on a GPU, the
     resident set's on a CPU (where the kernel refuses the reset: the high-water mark so far)."""
-    marks = _fold(device)
+    marks, _ = _fold(device)
     peak, marks["stage"] = marks["stage"], held_bytes(device)
     return peak
 
@@ -111,8 +112,7 @@ def stage_peak_bytes(device: torch.device) -> int:
 def request_start(device: torch.device) -> int:
     """Before a request: the peak since the last measured request ended (requests not measured, a timing's
     batches, ran meanwhile), then a new mark for this one."""
-    between = _high_water(device)
-    marks = _fold(device)
+    marks, between = _fold(device)
     marks["request"] = held_bytes(device)
     return between
 
@@ -120,17 +120,26 @@ def request_start(device: torch.device) -> int:
 def request_end(device: torch.device, between: int) -> dict[str, Any]:
     """After a request, on the device `request_start` measured: what the judge tallies (memtally.py), the
     peak before the request, the peak during it and what the process holds now, in bytes."""
-    marks = _fold(device)
+    marks, _ = _fold(device)
     return {"device": device.type, "between": between, "peak": marks["request"], "held": held_bytes(device),
             "reset": device.type == "cuda" or _rss_resettable[0]}
 
 
+def measured(device: torch.device, answer: Callable[[], tuple[dict[str, Any], list]]) -> tuple[dict[str, Any], list]:
+    """`answer()`'s reply with this request's memory figures (`request_end`) under "_memory": how the referee
+    and the worker answer every request but a timing's batches."""
+    between = request_start(device)
+    reply, blobs = answer()
+    reply["_memory"] = request_end(device, between)
+    return reply, blobs
+
+
 def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:
     """This process's peaks so far."""
-    data: dict[str, Any] = {"rss_peak_bytes": _fold(torch.device("cpu"))["process"],
+    data: dict[str, Any] = {"rss_peak_bytes": _fold(torch.device("cpu"))[0]["process"],
                             "rss_baseline_bytes": baseline_rss_bytes}
     if device.type == "cuda":
-        data["cuda_peak_bytes"] = _fold(device)["process"]
+        data["cuda_peak_bytes"] = _fold(device)[0]["process"]
     return data
 
 

@@ -68,10 +68,7 @@ class Referee:
     def handle(self, message: dict[str, Any]) -> Reply:
         if message.get("op") == protocol.TimeBatch.op:
             return self._handle(message)  # as the worker's: no measuring between timed batches
-        device, between = self.device, memory.request_start(self.device)
-        reply, blobs = self._handle(message)
-        reply["_memory"] = memory.request_end(device, between)
-        return reply, blobs
+        return memory.measured(self.device, lambda: self._handle(message))
 
     def _handle(self, message: dict[str, Any]) -> Reply:
         try:

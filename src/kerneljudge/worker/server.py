@@ -71,15 +71,17 @@ class Worker:
             self.exporter.release()  # the last reply's shared outputs: the referee copied them before this request
         if op == protocol.TimeBatch.op:
             return self._handle(message)  # nothing of the guard's own cost between timed batches (checked after)
-        device, between = self.device, memory.request_start(self.device)
+        return memory.measured(self.device, lambda: self._watched(message))
+
+    def _watched(self, message: dict[str, Any]) -> Reply:
+        """The reply, with the guard's tampering check added when something it watches changed."""
         reply, blobs = self._handle(message)
         tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
         self.reported_tampering.update(tampered)
         if tampered:
             reply.setdefault("findings", []).append(Finding.of(
-                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=str(op),
+                "tampering", f"candidate code replaced {', '.join(tampered[:8])}", stage=str(message.get("op")),
                 names=tampered).to_json())
-        reply["_memory"] = memory.request_end(device, between)
         return reply, blobs
 
     def _handle(self, message: dict[str, Any]) -> Reply:
