@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CANDIDATES, SEED
-from kerneljudge import api
+from kerneljudge import api, isolation
 from kerneljudge.stages import probe
 
 PROBES = CANDIDATES / "probes"
@@ -91,12 +91,24 @@ def test_tanh_gelu_fails_once_the_argument_covers_the_curved_range(fast):
     assert site["probed"] >= 0.5 and site["default"] <= 0.25, site
 
 
-def test_range_probes_honest_controls(fast):
-    """The exact-erf rewrite (the shipped solution), and softmax with logits spread by x10."""
+def test_range_probes_honest_controls(fast, monkeypatch):
+    """The exact-erf rewrite (the shipped solution), and softmax with logits spread by x10. No input crosses
+    from the referee: the worker draws and moves the range probes' inputs itself, as the referee does."""
+    sent = []
+    call = isolation.WorkerProcess.call
+
+    def counted(process, request, blobs=(), **kw):
+        reply = call(process, request, blobs, **kw)
+        if request.op == "make-inputs":
+            sent.append((request.transform is not None, len(reply.get("_blobs", []))))
+        return reply
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", counted)
     for problem in (SEED, "level1/23"):
         result = judge(fast, "@pytorch", problem=problem)
         assert result.verdict == "pass" and not failing(result), explain(result)
         assert len(result.probes["ranges"]["probes"]) >= 2 and not result.probes["ranges"]["skipped"]
+    assert sum(moved for moved, _ in sent) >= 4 and not any(blobs for _, blobs in sent), sent
 
 
 def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fast):

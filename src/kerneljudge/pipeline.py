@@ -25,7 +25,7 @@ from typing import Any, Callable
 from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
-from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.isolation import REFEREE, Pending, WorkerFailure, WorkerPool, WorkerProcess, together
 from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
@@ -186,18 +186,23 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                       tally=MemoryTally("cuda" if device.startswith("cuda") else "cpu"))
     worker.tally = referee.tally = judging.tally
     try:
-        with worker, referee, memory_stage.reported(judging, run.memory):
+        with together(worker, referee), memory_stage.reported(judging, run.memory):
             problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
+                # both take the device at once (a GPU's context: a quarter of a second each); the referee then
+                # tries the worker's shared probe, a second ping that finds its device taken
+                started = referee.submit(_ping_request(judging))
                 hello = _ping(judging, worker, gpu_memory_share=options.worker.gpu_memory_share)
-                checked = _ping(judging, referee, share_probe=hello.get("share_probe") if options.worker.device_share
-                                else None)
+                checked = judging.take(referee.collect(started), "worker")
+                if options.worker.device_share and hello.get("share_probe") is not None:
+                    checked = _ping(judging, referee, share_probe=hello["share_probe"])
                 run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
             with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             with run.stage("build", "importing the problem and the candidate", worker, referee):
+                setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
                                                     "kinds": list(candidate.kinds)}, options.arch),
@@ -206,7 +211,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                     run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
                 judging.take(reply, "build")
             with _judged_stage(run, judging, "check", f"{options.check.trials} correctness trials"):
-                if not _check(run, judging, problem_data, seed):
+                if not _check(run, judging, problem_data, seed, setup):
                     return
             if options.probes:
                 with _judged_stage(run, judging, "probes", "integrity probes"):
@@ -272,8 +277,11 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
 
 
 def _ping(judging: Judging, process: WorkerProcess, **given: Any) -> dict:
-    return judging.take(process.call(protocol.Ping(judging.device, judging.options.worker.memory_limit_mb, **given)),
-                        "worker")
+    return judging.take(process.call(_ping_request(judging, **given)), "worker")
+
+
+def _ping_request(judging: Judging, **given: Any) -> protocol.Ping:
+    return protocol.Ping(judging.device, judging.options.worker.memory_limit_mb, **given)
 
 
 def _share_outputs(judging: Judging, checked: dict) -> str:
@@ -302,12 +310,13 @@ def _collect(run: Run, judging: Judging) -> None:
     judging.findings.clear()
 
 
-def _check(run: Run, judging: Judging, problem_data: dict, seed: int) -> bool:
+def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: Pending) -> bool:
     """Strict trials; under --protocol kernelbench, KernelBench's trials give the verdict and the strict
-    trials run too, so the report can say where the two disagree."""
+    trials run too, so the report can say where the two disagree. `started`: the referee's first setup,
+    sent during the build."""
     trials = run.options.check.trials
     if run.options.protocol == "kernelbench":
-        ready = check.setup(judging, problem_data, seed, kernelbench=True)
+        ready = check.setup(judging, problem_data, seed, kernelbench=True, started=started)
         if ready is None:
             return False
         run.trials.extend(check.run_check(judging, seed, trials, kernelbench_seeds=ready["trial_seeds"][:trials]))
@@ -321,7 +330,7 @@ def _check(run: Run, judging: Judging, problem_data: dict, seed: int) -> bool:
             return False
         run.shadow.trials.extend(check.run_check(judging, seed, trials))
         return not _blocked(judging)
-    if check.setup(judging, problem_data, seed) is None:
+    if check.setup(judging, problem_data, seed, started=started) is None:
         return False
     run.trials.extend(check.run_check(judging, seed, trials))
     return not _blocked(judging) and all(t.passed for t in run.trials)

@@ -331,7 +331,8 @@ class Construct(Request):
 @dataclass(frozen=True)
 class Forward(Request):
     """Call ModelNew on the inputs (blobs; or, with `draw`, the inputs drawn here from that seed, as the
-    referee drew them) and hand back the output at once. `poison`: fill freed memory
+    referee drew them, and moved by a range probe's `transform` as the referee moved them) and hand back
+    the output at once. `poison`: fill freed memory
     with NaN bytes first; `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
     buffers under a name, or copy these inputs into buffers kept before and call on those; `reseed`:
     seed the generators before the call (KernelBench); `alias`: report output storage shared with an
@@ -339,6 +340,7 @@ class Forward(Request):
     op: ClassVar[str] = "forward"
     inputs: list[dict[str, Any]]
     draw: int | None = None
+    transform: dict[str, Any] | None = None
     poison: bool = False
     return_inputs: bool = False
     keep: str | None = None
@@ -359,6 +361,7 @@ class Observe(Request):
     what: str
     inputs: list[dict[str, Any]]
     draw: int | None = None
+    transform: dict[str, Any] | None = None
 
 
 # ---- reading the worker's claims ---------------------------------------------------------------------

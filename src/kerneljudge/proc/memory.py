@@ -69,13 +69,21 @@ def _vm_hwm_bytes() -> int:
     return int(status[start:status.index(b"\n", start)].split()[1]) * 1024 if start >= 0 else rss_now_bytes()
 
 
+def _allocated(device: torch.device, which: str) -> int:
+    """The GPU allocator's allocated bytes, "current" or "peak". Read from the nested statistics: the flat
+    ones behind torch.cuda.memory_allocated (`memory_stats`) cost 0.4 ms a call on the H200, 0.2 s of an
+    evaluation's referee time at four calls a request (eighth session's profile)."""
+    stats = torch.cuda.memory_stats_as_nested_dict(device)  # empty before CUDA is initialised
+    return int(stats.get("allocated_bytes", {}).get("all", {}).get(which, 0))
+
+
 def _high_water(device: torch.device) -> int:
-    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else _vm_hwm_bytes()
+    return _allocated(device, "peak") if device.type == "cuda" else _vm_hwm_bytes()
 
 
 def held_bytes(device: torch.device) -> int:
     """What this process holds now: the allocator's allocated bytes on a GPU, else the resident set."""
-    return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else rss_now_bytes()
+    return _allocated(device, "current") if device.type == "cuda" else rss_now_bytes()
 
 
 def _fold(device: torch.device) -> tuple[dict[str, int], int]:
@@ -98,7 +106,7 @@ def _fold(device: torch.device) -> tuple[dict[str, int], int]:
 def cuda_call_start(device: torch.device) -> int:
     """Before measuring one call's peak on a GPU: the bytes allocated now (the process's peak is kept)."""
     _fold(device)
-    return int(torch.cuda.memory_allocated(device))
+    return held_bytes(device)
 
 
 def stage_peak_bytes(device: torch.device) -> int:

@@ -54,20 +54,23 @@ class Judging:
 
     # ---- the relay --------------------------------------------------------------------------------
     def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True,
-             timed: bool = False) -> dict[str, Any]:
+             timed: bool = False, transform: dict[str, Any] | None = None) -> dict[str, Any]:
         """Inputs from `seed`, drawn by the referee (which keeps the reference's outputs for them unless
-        `expect` is False, and its own copy of the inputs). The worker draws the same inputs from the seed
-        itself (proc/inputs.py: no tensor crosses), except under KernelBench's protocol, whose draw is sent.
+        `expect` is False, and its own copy of the inputs), moved by a range probe's `transform`. The worker
+        draws and moves the same inputs itself (proc/inputs.py, proc/perturb.Transform: no tensor crosses),
+        except under KernelBench's protocol, whose draw is sent.
         `timed`: for a timed output's check (the worker drew them when timed): only the native reference."""
-        request = protocol.MakeInputs(seed, kernelbench, expect, float64=not timed, send=kernelbench)
+        request = protocol.MakeInputs(seed, kernelbench, expect, float64=not timed, send=kernelbench,
+                                      transform=transform)
         drawn = self.take(self.referee.call(request), stage)
         if not kernelbench:
-            drawn.update(inputs=[], draw=seed)
+            drawn.update(inputs=[], draw=seed, transform=transform)
         return drawn
 
     def forward(self, drawn: dict[str, Any], stage: str, **flags: Any) -> dict[str, Any]:
         """The candidate on the drawn inputs; the worker's reply (its output as data and blobs)."""
-        reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], drawn.get("draw"), **flags),
+        reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], drawn.get("draw"), drawn.get("transform"),
+                                                            **flags),
                                            drawn["_blobs"]), stage)
         if not isinstance(reply.get("output"), dict):
             self.findings.append(Finding.of("tampering", f"{stage}: the worker's reply carried no output description",
@@ -77,8 +80,8 @@ class Judging:
 
     def observe(self, what: str, drawn: dict[str, Any], stage: str) -> dict[str, Any]:
         """One call of the candidate on the drawn inputs, watched by the worker (protocol.Observe)."""
-        return self.take(self.worker.call(protocol.Observe(what, drawn["inputs"], drawn.get("draw")),
-                                          drawn["_blobs"]), stage)
+        request = protocol.Observe(what, drawn["inputs"], drawn.get("draw"), drawn.get("transform"))
+        return self.take(self.worker.call(request, drawn["_blobs"]), stage)
 
     def compare(self, seed: int, index: int, reply: dict[str, Any], stage: str, *, rule: str = "strict",
                 inputs: bool = False, keep: bool = False) -> tuple[Trial, list[Finding], int]:

@@ -247,7 +247,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
     for number, transform in enumerate(transforms):
         _set_range(j, transform)
         seed = _seed(j, f"range-{number}")
-        drawn = j.take(j.referee.call(protocol.MakeInputs(seed, transform=transform)), STAGE)
+        drawn = j.draw(seed, STAGE, transform=transform)
         reply = j.forward(drawn, STAGE)
         check = j.options.check
         answer = j.referee.call(protocol.Compare(seed, 0, reply["output"], None, check.atol, check.rtol, "range"),

@@ -206,10 +206,12 @@ class Worker:
         return _reply([])
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
-        """A call's inputs: drawn here from the judge's seed (the referee drew the same ones and keeps its own
-        copy: inputs made up here only make this process's output wrong), else as sent."""
+        """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
+        referee drew and moved them (it keeps its own copy: inputs made up here only make this process's
+        output wrong), else as sent."""
         if request.draw is not None:
-            return make_inputs(self.session.loaded.problem, request.draw, self.device)
+            inputs = make_inputs(self.session.loaded.problem, request.draw, self.device)
+            return Transform.from_json(request.transform).inputs(inputs) if request.transform else inputs
         return tensorwire.unpack_values(request.inputs, blobs, self.device)
 
     def forward(self, request: protocol.Forward, blobs: list) -> Reply:
