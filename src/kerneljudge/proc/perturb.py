@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 INPUTS = "inputs"  # a range probe's target: every floating input
+PERTURB_BLOCK = 1 << 22  # elements of an entry changed at once (16 MiB of float32 draws)
 
 
 @dataclass(frozen=True)
@@ -71,19 +72,23 @@ def perturb(state: dict[str, torch.Tensor], parameters: set[str], seed: int, nam
     """Change the floating entries of `state` (`names`, or all) in place from `seed`: values scaled by
     0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
     zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring (buffers are scaled either way). Returns the names changed."""
+    new parameter objects would bring (buffers are scaled either way). Returns the names changed.
+    Each entry changes a block of PERTURB_BLOCK elements at a time, so a change needs one block's draws
+    beside the state, not three copies of its largest entry (a 256 MiB weight's change took 768 MiB more
+    on the H200: the judge's peak for the Gemm problems of KernelBench's level 2)."""
     generator = torch.Generator(device).manual_seed(seed)
     changed = []
     with torch.no_grad():
         for name, t in state.items():
             if (names is not None and name not in names) or not t.is_floating_point():
                 continue
-            if replace and name in parameters:
-                t.copy_(_uniform(t, generator, -0.5, 0.5))
-            else:
-                t.mul_(_uniform(t, generator, 0.5, 1.5))
-                if name in parameters:
-                    t.add_(_uniform(t, generator, -0.1, 0.1))
+            for block in _blocks(t):
+                if replace and name in parameters:
+                    block.copy_(_uniform(block, generator, -0.5, 0.5))
+                else:
+                    block.mul_(_uniform(block, generator, 0.5, 1.5))
+                    if name in parameters:
+                        block.add_(_uniform(block, generator, -0.1, 0.1))
             changed.append(name)
     return changed
 
@@ -107,11 +112,30 @@ def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]
     """Each entry's sum in float64, in `names`' order: both processes send theirs after a change, so a
     worker's copy that no longer follows the reference (a reference that changes its own state in forward,
     entries sharing storage in other ways than `ties` sees) is told apart from a candidate's stale cache."""
-    return [float(torch.sum(state[name].detach(), dtype=torch.float64)) for name in names]
+    return [_sum64(state[name].detach()) for name in names]
+
+
+def _sum64(t: torch.Tensor) -> float:
+    """`t`'s sum in float64, a block at a time: summed whole with dtype=float64, a 256 MiB float32 weight
+    took a 512 MiB float64 copy on the H200 (each change's peak in both processes, ninth session)."""
+    total = torch.zeros((), dtype=torch.float64, device=t.device)
+    for block in _blocks(t):
+        total += block.sum(dtype=torch.float64)
+    return float(total)
+
+
+def _blocks(t: torch.Tensor):
+    """Views of `t`'s elements, PERTURB_BLOCK at a time (a non-contiguous entry: the whole of it)."""
+    if t.numel() <= PERTURB_BLOCK or not t.is_contiguous():
+        yield t
+        return
+    flat = t.view(-1)
+    for start in range(0, flat.numel(), PERTURB_BLOCK):
+        yield flat[start:start + PERTURB_BLOCK]
 
 
 def _uniform(like: torch.Tensor, generator: torch.Generator, low: float, high: float) -> torch.Tensor:
     """Uniform values in [low, high) shaped and typed like `like`, drawn on its device (a 256 MB weight's
-    worth of float64 draws on the CPU takes seconds)."""
+    worth of float64 draws on the CPU takes seconds), scaled in place (one block of draws in memory)."""
     values = torch.rand(like.shape, generator=generator, device=like.device, dtype=torch.float32)
-    return (values * (high - low) + low).to(like.dtype)
+    return values.mul_(high - low).add_(low).to(like.dtype)
