@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import json
+import marshal
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -141,18 +143,60 @@ def test_the_package_is_read_only_for_the_worker(attack):
     assert not any(p.exists() for p in _plant_paths())
 
 
-def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(attack):
-    pyc, text = _plant_paths()
-    try:
-        result, said = attack("plant", sandbox_off=("mount",))
-        assert said == ["written", "written"]  # the control: the attack itself works
-        assert result.verdict == "fail" and "sandbox-breach" in codes(result)
-        breach = next(f for f in result.findings if f.code == "sandbox-breach")
-        assert str(pyc) in breach.details["files"] and str(text) in breach.details["files"]
-        assert not pyc.exists()  # planted bytecode is removed before the judge could load it
-    finally:
-        pyc.unlink(missing_ok=True)
-        text.unlink(missing_ok=True)
+def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(tmp_path):
+    """The judge runs in a process of its own from a copy of the package, so the planted files land in the
+    copy: the suite's other evaluations (another test process among pytest-xdist's) watch the package
+    itself, and must not see them."""
+    package = tmp_path / "src" / "kerneljudge"
+    shutil.copytree(sandbox.package_dir(), package, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "out"
+    out.mkdir()
+    script = f"""
+import json
+from kerneljudge import sandbox
+from kerneljudge.options import Options
+from kerneljudge.pipeline import evaluate
+options = Options(device="cpu", store_path=None, cache_dir=r"{tmp_path / 'cache'}").replace(
+    timing={{"enabled": False}}, worker={{"writable": (r"{out}",), "sandbox_off": ("mount",)}})
+result = evaluate("{SEED}", r"{ATTACKS}", options)
+print(json.dumps({{"package": str(sandbox.package_dir()), "result": result.to_json()}}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(package.parent), "KJ_TEST_OUT": str(out), "KJ_TEST_ATTACK": "plant"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    judged = json.loads(done.stdout.splitlines()[-1])
+    result = judged["result"]
+    pyc, text = package / "__pycache__" / "zz_kj_planted.cpython-311.pyc", package / "zz_kj_planted.txt"
+    assert judged["package"] == str(package.resolve())  # the copy was judged from, and planted into
+    assert (out / "plant").read_text().split() == ["written", "written"]  # the control: the attack itself works
+    assert result["verdict"] == "fail" and "sandbox-breach" in codes(result)
+    breach = next(f for f in result["findings"] if f["code"] == "sandbox-breach")
+    assert str(pyc.resolve()) in breach["details"]["files"] and str(text.resolve()) in breach["details"]["files"]
+    assert not pyc.exists() and text.exists()  # planted bytecode is removed before the judge could load it
+    assert not any(p.exists() for p in _plant_paths())  # nothing reached the package the suite runs from
+
+
+def test_bytecode_another_python_wrote_is_no_breach_and_planted_bytecode_is(tmp_path):
+    """A copy of the package imported by another Python process (an MCP server's imports first, as when
+    `kerneljudge mcp` starts beside an evaluation on a fresh install) writes its bytecode while a watch is
+    on: none of it is a change the worker made, though marshal's bytes for one module came out other than
+    this process's compile gives. Bytecode with a right header and other code is planted: a change, removed."""
+    package = tmp_path / "src" / "kerneljudge"
+    shutil.copytree(sandbox.package_dir(), package, ignore=shutil.ignore_patterns("__pycache__"))
+    watch = sandbox.Watch([package])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import mcp, pydantic; from kerneljudge import mcp_server, report"],
+                   env={**env, "PYTHONPATH": str(package.parent)}, check=True, capture_output=True, timeout=120)
+    written = list(package.rglob("*.pyc"))
+    assert len(written) > 20
+    assert watch.changes() == [] and all(p.exists() for p in written)
+    honest = package / "__pycache__" / "options.cpython-311.pyc"
+    if not honest.exists():  # another interpreter's name for it
+        honest = next(package.glob("__pycache__/options.*.pyc"))
+    watch = sandbox.Watch([package])
+    other = compile("print('planted')", str(package / "options.py"), "exec")
+    honest.write_bytes(honest.read_bytes()[:16] + marshal.dumps(other))
+    assert watch.changes() == [str(honest)] and not honest.exists()
 
 
 def test_the_judge_imports_none_of_its_modules_after_the_first_worker_started(tmp_path):

@@ -221,7 +221,11 @@ class Watch:
 
 
 def honest_bytecode(pyc: Path) -> bool:
-    """`pyc` holds exactly what Python writes for its source as it is now (time, size and code)."""
+    """`pyc` holds what Python writes for its source as it is now: the header (time, size) and the code.
+    The code is compared byte for byte first; where the bytes differ it is compared as code, in a
+    throwaway interpreter: marshal's bytes depend on the writing process's reference counts (an honest
+    compile by another process, an MCP server's, came out different for one module in 48), and loading
+    marshal data is not safe against crafted bytes, so the judge never loads it itself."""
     import importlib.util
     import marshal
 
@@ -235,7 +239,23 @@ def honest_bytecode(pyc: Path) -> bool:
         return False
     header = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(
         4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
-    return written[:16] == header and written[16:] == marshal.dumps(code)
+    if written[:16] != header:
+        return False
+    return written[16:] == marshal.dumps(code) or _same_code_elsewhere(pyc, source)
+
+
+# Run as `python -I -S -c SAME_CODE PYC SOURCE`: exit 0 when the bytecode's code object equals the source's.
+_SAME_CODE = ("import marshal, sys; pyc, source = sys.argv[1:]; loaded = marshal.loads(open(pyc, 'rb').read()[16:]); "
+              "sys.exit(0 if loaded == compile(open(source, 'rb').read(), source, 'exec', dont_inherit=True) else 1)")
+
+
+def _same_code_elsewhere(pyc: Path, source: Path) -> bool:
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _SAME_CODE, str(pyc), str(source)],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def made_layers(cgroup: "Cgroup | None") -> dict[str, Path | None]:
