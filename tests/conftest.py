@@ -7,6 +7,7 @@ whole session so a C++ extension is compiled once per run of the suite.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import importlib.util
 import json
@@ -16,10 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-import torch
+# No bytecode written by this process or the processes it starts (the CLI's, a judge server's): under
+# pytest-xdist (the README's test command) another test process's evaluation watches the package's files,
+# and bytecode written into it while its worker runs would be a change it did not make.
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+sys.dont_write_bytecode = True
 
-from kerneljudge.options import Options
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kerneljudge.options import Options  # noqa: E402
 
 # Without a GPU, Triton runs through its interpreter, and triton.language's own functions take the mode they
 # are imported in: imported here under the interpreter, before any test imports triton (problem lint does,
@@ -54,15 +61,27 @@ def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, floa
     tests/candidates/isolation/cpp_ext.py (its extension source is shared by the probe candidates),
     cpp_broken.py (a compile error) and level1/19's shipped C++ solution. (cache folder, how it ended,
     seconds). Their only cold builds: the tests that evaluate them use this cache (a cold build of torch's
-    headers takes ~20 s of one core; three at once use both of the CI's cores)."""
-    cache = tmp_path_factory.mktemp("kj-build-cache")
-    isolation = CANDIDATES / "isolation"
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
-                           str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
-                           "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "1000"})
-    return cache, done, time.monotonic() - started
+    headers takes ~20 s of one core; three at once use both of the CI's cores). Under pytest-xdist the test
+    processes share it: the first one builds, under a lock, and records how the build ended for the others."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each test process's own
+    cache, record = root / "kj-build-cache", root / "kj-build-cache.json"
+    with open(root / "kj-build-cache.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            cache.mkdir(exist_ok=True)
+            isolation = CANDIDATES / "isolation"
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, "-m", "kerneljudge", "build", str(isolation / "cpp_ext.py"),
+                                   str(isolation / "cpp_broken.py"), str(SHIPPED_CPP), "-j", "3", "--device", "cpu",
+                                   "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "COLUMNS": "1000"})
+            record.write_text(json.dumps({"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
+                                          "stderr": done.stderr, "seconds": time.monotonic() - started}))
+        built = json.loads(record.read_text())
+    done = subprocess.CompletedProcess(built["args"], built["returncode"], built["stdout"], built["stderr"])
+    return cache, done, built["seconds"]
 
 
 @pytest.fixture

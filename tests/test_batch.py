@@ -292,7 +292,10 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
     finished = list(api.evaluate_many([(problem, first), {"problem": str(problem), "solution": str(second),
                                                            "id": "second"}, (problem, first)], timed, lanes=1))
     assert sorted(f.job.id for f in finished) == ["0", "2", "second"]
-    assert all(f.result.verdict == "pass" and f.result.timing["baselines"]["eager"] for f in finished)
+    assert all(f.result.verdict == "pass" and f.result.timing["baselines"]["eager"] for f in finished), [
+        (f.job.id, f.result.verdict, f.result.timing and f.result.timing["baselines"],
+         [(x.code, x.message[:300]) for x in f.result.findings if x.code != "preset-used"]) for f in finished
+        if f.result.verdict != "pass" or not f.result.timing["baselines"]["eager"]]
     # the lane's first candidate of the problem measured the baselines; a later one reuses what the lane
     # kept (the same figures) or, when its short eager time disagrees on a busy machine, measures and keeps
     # its own (the rule without the machine's noise: test_mutation_kills.py, a lane's kept baselines)

@@ -151,7 +151,7 @@ def test_stdio_server_serves_tools(tmp_path):
 
     params = StdioServerParameters(command=sys.executable, args=["-c", "from kerneljudge.mcp_server import run_stdio; "
                                                                         "run_stdio()"],
-                                   env={"KERNELJUDGE_STORE": str(tmp_path / "r.sqlite"),
+                                   env={"KERNELJUDGE_STORE": str(tmp_path / "r.sqlite"), "PYTHONDONTWRITEBYTECODE": "1",
                                         "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
 
     async def main():
