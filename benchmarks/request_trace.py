@@ -1,35 +1,56 @@
 """The judge's requests to the worker and the referee for one evaluation, with their wall times and the
 bytes they carried, summed by kind: where an evaluation's time goes once it crosses processes.
 Usage: PYTHONPATH=src python benchmarks/request_trace.py PROBLEM SOLUTION [--cpu] [--no-baselines]
-       [--set NAME=VALUE ...]
+       [--set NAME=VALUE ...] [--warm] [--profile]
 Bytes are counted whether they crossed inline (through the judge) or as sealed memory (`sealed` column).
+`--warm` evaluates twice with a store kept between (cached baselines, as `kerneljudge serve` has them) and
+traces the second. The gaps list says where the judge itself spent time between two requests.
+`--profile` runs the traced evaluation under cProfile in the judge and in the referee (proc/serve.py's
+KERNELJUDGE_PROFILE_DIR) and prints each one's most expensive calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
+import os
+import pstats
+import tempfile
 import time
+from pathlib import Path
 
 from kerneljudge import api, isolation, sealed
 from kerneljudge.options import Options
 
 totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0, 0])
-_call = isolation.WorkerProcess.call
+timeline: list[tuple[float, float, str, str]] = []  # (start, end, role, op) of every request
+_submit, _collect = isolation.WorkerProcess.submit, isolation.WorkerProcess.collect
+_sent: dict[str, tuple[float, str, list]] = {}  # nonce -> (sent at, request kind, its blobs)
+GAP_MS = 5.0  # the judge's own time between two requests worth listing
+PROFILE_LINES = 40
 
 
-def traced(self, request, blobs=(), **kw):
+def submitted(self, request, blobs=()):
     started = time.perf_counter()
-    reply = _call(self, request, blobs, **kw)
-    entry = totals[(self.role, request.op)]
+    pending = _submit(self, request, blobs)
+    _sent[pending.nonce] = (started, request.op, list(blobs))
+    return pending
+
+
+def collected(self, pending, **kw):
+    reply = _collect(self, pending, **kw)
+    started, op, blobs = _sent.pop(pending.nonce)
+    timeline.append((started, time.perf_counter(), self.role, op))
+    entry = totals[(self.role, op)]
     entry[0] += 1
     entry[1] += time.perf_counter() - started
-    for b in list(blobs) + list(reply.get("_blobs", [])):
+    for b in blobs + list(reply.get("_blobs", [])):
         entry[3 if isinstance(b, sealed.SealedBlob) else 2] += len(b)
     return reply
 
 
-isolation.WorkerProcess.call = traced
+isolation.WorkerProcess.submit, isolation.WorkerProcess.collect = submitted, collected
 
 
 def main() -> None:
@@ -39,14 +60,37 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--warm", action="store_true", help="trace a second evaluation (store kept)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the judge and the referee")
     args = parser.parse_args()
-    options = Options(device="cpu" if args.cpu else "auto", store_path=None,
-                      overrides=tuple(tuple(s.split("=", 1)) for s in args.set))
-    if args.no_baselines:
-        options = options.replace(timing={"baselines": False})
-    started = time.perf_counter()
-    result = api.evaluate(args.problem, args.solution, options)
-    wall_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as folder:
+        if args.profile:
+            os.environ["KERNELJUDGE_PROFILE_DIR"] = folder
+        options = Options(device="cpu" if args.cpu else "auto",
+                          store_path=str(Path(folder) / "store.sqlite") if args.warm else None,
+                          overrides=tuple(tuple(s.split("=", 1)) for s in args.set))
+        if args.no_baselines:
+            options = options.replace(timing={"baselines": False})
+        if args.warm:
+            api.evaluate(args.problem, args.solution, options)
+            totals.clear()
+            timeline.clear()
+            for old in Path(folder).glob("referee-*.prof"):
+                old.unlink()
+        judge = cProfile.Profile() if args.profile else None
+        started = time.perf_counter()
+        result = judge.runcall(api.evaluate, args.problem, args.solution, options) if judge else \
+            api.evaluate(args.problem, args.solution, options)
+        wall_s = time.perf_counter() - started
+        report(result, started, wall_s)
+        if judge:
+            for title, stats in [("judge", pstats.Stats(judge))] + [
+                    ("referee", pstats.Stats(str(path))) for path in Path(folder).glob("referee-*.prof")]:
+                print(f"--- {title}: most expensive calls (cumulative)")
+                stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
+
+
+def report(result, started: float, wall_s: float) -> None:
     print(f"{result.verdict} wall {wall_s:.2f} s", result.stage_ms, (result.timing or {}).get("cross_check"))
     for finding in result.findings:
         if finding.severity in ("fail", "error"):
@@ -57,6 +101,23 @@ def main() -> None:
               f"{mapped / 2**20:11.1f}")
     print(f"{'all':8} {'':18} {sum(v[0] for v in totals.values()):4} "
           f"{1e3 * sum(v[1] for v in totals.values()):10.1f}")
+    print_gaps(started, started + wall_s)
+
+
+def print_gaps(started: float, ended: float) -> None:
+    """The judge's own time: before the first request, between two, after the last (time no request
+    covered: the referee's and the worker's requests may overlap)."""
+    gaps, covered, before = [], started, (started, started, "-", "start")
+    for entry in sorted(timeline) + [(ended, ended, "-", "end")]:
+        if entry[0] > covered:
+            gaps.append((1e3 * (entry[0] - covered), before, entry))
+        if entry[1] >= covered:
+            covered, before = entry[1], entry
+    print(f"judge's own time between requests: {sum(g for g, _, _ in gaps):.1f} ms of {1e3 * (ended - started):.1f}; "
+          f"gaps over {GAP_MS} ms:")
+    for gap_ms, before, after in gaps:
+        if gap_ms > GAP_MS:
+            print(f"  {gap_ms:8.1f} ms  after {before[2]} {before[3]:16} before {after[2]} {after[3]}")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 Each request carries a nonce its reply must echo; the reply goes out with its blobs. A handler may send
 progress messages before its reply (`progress(data)`, with the same nonce). A reply marked `poisoned`
 (a CUDA error) ends the process after it is sent: such a process is never reused.
+
+With KERNELJUDGE_PROFILE_DIR set (a diagnostic for benchmarks, never a verdict's input), a `profiled`
+process's request handling runs under cProfile and its statistics are written there when the channel
+closes. Only the referee is: the worker's probes trace the candidate's calls with the same hook.
 """
 
 from __future__ import annotations
 
+import cProfile
 import os
 import sys
 from typing import Any, Callable
@@ -16,23 +21,28 @@ from kerneljudge import channel
 Handle = Callable[[dict[str, Any]], tuple[dict[str, Any], list]]
 
 
-def serve(make_handler: Callable[[Callable[[dict[str, Any]], None]], Handle], argv: list[str]) -> None:
+def serve(make_handler: Callable[[Callable[[dict[str, Any]], None]], Handle], argv: list[str], *,
+          profiled: bool = False) -> None:
     """Answer requests on the descriptors in argv until the channel closes; `make_handler(progress)`."""
     read_fd, write_fd = int(argv[1]), int(argv[2])
     current: dict[str, Any] = {"nonce": None}
     handle = make_handler(lambda data: channel.send(write_fd, {"progress": data, "nonce": current["nonce"]}))
     status = 0
+    profile_dir = os.environ.get("KERNELJUDGE_PROFILE_DIR") if profiled else None
+    profiler = cProfile.Profile() if profile_dir else None
     while True:
         try:
             message = channel.receive(read_fd)
         except channel.ChannelClosed:
             break
         current["nonce"] = message.get("nonce")
-        reply, blobs = handle(message)
+        reply, blobs = profiler.runcall(handle, message) if profiler else handle(message)
         channel.send(write_fd, {**reply, "nonce": message.get("nonce")}, blobs)
         if reply.get("poisoned"):
             status = 3
             break
+    if profiler:
+        profiler.dump_stats(os.path.join(profile_dir, f"referee-{os.getpid()}.prof"))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # do not wait for threads a candidate may have left behind
