@@ -139,6 +139,15 @@ def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast)
         assert marks[-1] <= result.memory[process]["rss_peak_bytes"]
 
 
+def test_a_failed_build_still_reports_both_processes_memory(fast):
+    """The referee's setup is sent before the worker's build; when the build fails, its reply is taken
+    before the memory report asks the referee (one request in flight per process), so the result's
+    memory block still has the referee's figures and the device's size."""
+    result = api.evaluate("level2/51", Path(__file__).parent / "candidates" / "core" / "compile_error.py", fast)
+    assert result.verdict == "error" and "compile-error" in codes(result)
+    assert {"referee", "worker", "device_total_bytes", "footprint"} <= set(result.memory), list(result.memory)
+
+
 def test_a_model_mixing_rows_is_not_chunked(fast, tmp_path):
     """x - x.mean(0): rows depend on each other, so rows alone differ from the full run: native truth."""
     problem = problem_file(tmp_path, "centred", "x - x.mean(0, keepdim=True)", sizes="batch_size = 64\ndim = 16384")

@@ -71,8 +71,8 @@ def together(*processes: "WorkerProcess"):
 
 @dataclass(frozen=True)
 class Pending:
-    """A request sent and not yet answered: what a failure names, the nonce its reply echoes, and when the
-    memory account saw it sent."""
+    """A request sent and not yet answered: its kind, the nonce its reply echoes, and when the memory
+    account saw it sent."""
 
     op: str
     nonce: str
@@ -98,7 +98,7 @@ class WorkerProcess:
         self.oom_kills = 0  # the worker's processes the kernel killed in its memory cgroup (counted when it ends)
         self.memory_limit_bytes: int | None = None  # that cgroup's limit, as applied when the worker started
         self.tally: MemoryTally | None = None  # the evaluation's memory account (memtally.py), when it keeps one
-        self.unanswered = 0  # requests sent whose replies were not collected (see close)
+        self.pending: Pending | None = None  # the request sent whose reply is not collected yet (one at most)
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -183,24 +183,33 @@ class WorkerProcess:
 
     def submit(self, request: "protocol.Request", blobs: list | tuple = ()) -> "Pending":
         """Send one request without waiting for its reply (`collect` takes it): how the judge lets the
-        referee and the worker work at once where neither needs the other's answer (their start)."""
+        referee and the worker work at once where neither needs the other's answer (their start, the
+        referee's setup beside the worker's build). A process answers one request at a time: the reply to
+        one still in flight is taken (and dropped) first, as when a build failed before the referee's setup
+        was collected and the memory report asks the referee next."""
+        if self.pending is not None:
+            self.collect(self.pending)
         op = self.stage or request.op  # what a failure names: the pipeline's stage, else the request
         if self.dead:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
-        pending = Pending(op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else 0)
+        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else 0)
         with self._failures(op):
             channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
-        self.unanswered += 1
+        self.pending = pending
         return pending
 
     def collect(self, pending: "Pending", *,
                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """The reply to a submitted request (see `call`)."""
-        with self._failures(pending.op):
-            reply = self._receive(pending.op, pending.nonce, on_progress)
-        self.unanswered -= 1
+        """The reply to a submitted request (see `call`); a failure names the stage it is collected in."""
+        op = self.stage or pending.op
+        if pending is not self.pending:
+            raise WorkerFailure(Finding.of("judge-error", f"{op}: the {self.role}'s reply to {pending.op} was taken "
+                                           "already", stage=op), "")
+        with self._failures(op):
+            reply = self._receive(op, pending.nonce, on_progress)
+        self.pending = None
         if reply.get("poisoned"):
             self.dead = True
         figures = reply.pop("_memory", None)
@@ -327,7 +336,7 @@ class WorkerProcess:
         if self.process is not None:
             # it ends when its channel closes, unless it still runs a request whose reply no one collected
             # (the referee's setup, sent during a build that failed): that one is killed
-            if self.unanswered or not self._ended(timeout_s=10):
+            if self.pending is not None or not self._ended(timeout_s=10):
                 self._kill()
             self._kill_leftovers()
         if self.watch is not None:

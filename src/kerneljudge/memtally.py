@@ -2,8 +2,9 @@
 
 Each process measures every request it answers (proc/memory.request_start/end, all but a timing's batches):
 its peak before the request (since the last measured one ended: the batches ran then), its peak during it,
-and what it holds after. The judge sends one request at a time, so while one process works the other only
-holds what its last request left. The judge's peak is then the highest of: a process's peak in a span plus
+and what it holds after. The judge has at most one request in flight per process, and mostly one in all
+(the two processes' starts overlap, and the referee's setup the worker's build), so while one process works
+the other mostly holds what its last request left. The judge's peak is then the highest of: a process's peak in a span plus
 the other's memory in that span (what it held when the span began, or its peak in any span of its own
 that overlaps: a request it answered meanwhile, or its timing's batches). Adding each process's own highest peak, as if both peaks fell at once, is an upper bound
 that counts up to twice the need (a referee's comparison never runs during the worker's call); both are

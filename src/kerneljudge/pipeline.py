@@ -25,7 +25,7 @@ from typing import Any, Callable
 from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
-from kerneljudge.isolation import REFEREE, Pending, WorkerFailure, WorkerPool, WorkerProcess, together
+from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess, together
 from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
@@ -310,7 +310,7 @@ def _collect(run: Run, judging: Judging) -> None:
     judging.findings.clear()
 
 
-def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: Pending) -> bool:
+def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: check.SetupStarted) -> bool:
     """Strict trials; under --protocol kernelbench, KernelBench's trials give the verdict and the strict
     trials run too, so the report can say where the two disagree. `started`: the referee's first setup,
     sent during the build."""

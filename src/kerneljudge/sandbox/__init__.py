@@ -210,11 +210,13 @@ class Watch:
         return found
 
     def changes(self) -> list[str]:
-        """The files added, changed or removed since the snapshot; planted bytecode is deleted."""
+        """The files added, changed or removed since the snapshot, but bytecode another Python process wrote
+        honestly. Every new or changed bytecode file is deleted, honest or not (Python writes it again from
+        the source): nothing the worker could have written is left for the next interpreter to load."""
         after = self._scan()
-        changed = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p)
-                         and not (p in after and p.endswith(".pyc") and honest_bytecode(Path(p))))
-        for path in changed:
+        moved = [p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p)]
+        changed = sorted(p for p in moved if not (p in after and p.endswith(".pyc") and honest_bytecode(Path(p))))
+        for path in moved:
             if path.endswith(".pyc"):
                 Path(path).unlink(missing_ok=True)
         return changed
@@ -223,9 +225,11 @@ class Watch:
 def honest_bytecode(pyc: Path) -> bool:
     """`pyc` holds what Python writes for its source as it is now: the header (time, size) and the code.
     The code is compared byte for byte first; where the bytes differ it is compared as code, in a
-    throwaway interpreter: marshal's bytes depend on the writing process's reference counts (an honest
-    compile by another process, an MCP server's, came out different for one module in 48), and loading
-    marshal data is not safe against crafted bytes, so the judge never loads it itself."""
+    throwaway interpreter with small limits, given the bytes read here: marshal's bytes depend on the
+    writing process's reference counts (an honest compile by another process, an MCP server's, came out
+    different for one module in 48), and loading marshal data is not safe against crafted bytes, so the
+    judge never loads it itself. Code that compares equal may still differ (its stack size is not
+    compared), which is why `Watch.changes` deletes honest bytecode too: this only decides what is said."""
     import importlib.util
     import marshal
 
@@ -241,17 +245,20 @@ def honest_bytecode(pyc: Path) -> bool:
         4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
     if written[:16] != header:
         return False
-    return written[16:] == marshal.dumps(code) or _same_code_elsewhere(pyc, source)
+    return written[16:] == marshal.dumps(code) or _same_code_elsewhere(written[16:], source)
 
 
-# Run as `python -I -S -c SAME_CODE PYC SOURCE`: exit 0 when the bytecode's code object equals the source's.
-_SAME_CODE = ("import marshal, sys; pyc, source = sys.argv[1:]; loaded = marshal.loads(open(pyc, 'rb').read()[16:]); "
+# Run as `python -I -S -c SAME_CODE SOURCE` with the bytecode's code on stdin: exit 0 when it equals the
+# source's. Its limits (10 s of CPU, 2 GiB of address space) are set before it loads anything.
+_SAME_CODE = ("import marshal, resource, sys; resource.setrlimit(resource.RLIMIT_CPU, (10, 10)); "
+              "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+              "loaded = marshal.loads(sys.stdin.buffer.read()); source = sys.argv[1]; "
               "sys.exit(0 if loaded == compile(open(source, 'rb').read(), source, 'exec', dont_inherit=True) else 1)")
 
 
-def _same_code_elsewhere(pyc: Path, source: Path) -> bool:
+def _same_code_elsewhere(code_bytes: bytes, source: Path) -> bool:
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", _SAME_CODE, str(pyc), str(source)],
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _SAME_CODE, str(source)], input=code_bytes,
                               capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -11,6 +11,7 @@ constructor, no state copy, the reference first on the very values the candidate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kerneljudge import protocol
@@ -23,34 +24,39 @@ STAGE = "check"
 KERNELBENCH_SEED = 42
 
 
-def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False) -> Pending:
+@dataclass(frozen=True)
+class SetupStarted:
+    """The referee's setup in flight, with the seeds the worker must construct ModelNew from alike."""
+
+    pending: Pending
+    kernelbench: bool
+    init_seed: int
+    init_inputs_seed: int
+    call_seed: int | None  # every reference call's (none under KernelBench's protocol: its trials reseed)
+
+
+def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False) -> SetupStarted:
     """The referee starts building the reference (Setup) and its answer is left for `setup`: the pipeline
     sends it before the worker's build, so the two run at once (each took a quarter to half a second of a
     served evaluation on the H200, one after the other)."""
-    init_seed, init_inputs_seed, call_seed = _seeds(seed, kernelbench)
-    return j.referee.submit(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,
-                                           j.options.check.float64_budget_mb))
-
-
-def _seeds(seed: int, kernelbench: bool) -> tuple[int, int, int | None]:
-    """Both models' constructor seed, their init inputs' seed, and the seed of every reference call (none
-    under KernelBench's protocol, whose trials reseed themselves)."""
-    return (KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init"), derive_seed(seed, "init-inputs"),
-            None if kernelbench else derive_seed(seed, "call"))
+    init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")
+    init_inputs_seed, call_seed = derive_seed(seed, "init-inputs"), None if kernelbench else derive_seed(seed, "call")
+    pending = j.referee.submit(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,
+                                              j.options.check.float64_budget_mb))
+    return SetupStarted(pending, kernelbench, init_seed, init_inputs_seed, call_seed)
 
 
 def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False,
-          started: Pending | None = None) -> dict[str, Any] | None:
+          started: SetupStarted | None = None) -> dict[str, Any] | None:
     """The referee builds the reference (or has, when `started`), the worker builds ModelNew from the same
     seed and loads its state. Returns the referee's setup reply (trial seeds under KernelBench's protocol),
     None if a finding ended it."""
-    init_seed, init_inputs_seed, call_seed = _seeds(seed, kernelbench)
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
-        ready = j.take(j.referee.collect(started), STAGE)
-        state = None if kernelbench else ready["state"]
-        j.take(j.worker.call(protocol.Construct(init_seed, init_inputs_seed, state, ready["names"],
-                                                call_seed, ready.get("parameters"), ready.get("tied")),
+        ready = j.take(j.referee.collect(started.pending), STAGE)
+        state = None if started.kernelbench else ready["state"]
+        j.take(j.worker.call(protocol.Construct(started.init_seed, started.init_inputs_seed, state, ready["names"],
+                                                started.call_seed, ready.get("parameters"), ready.get("tied")),
                              ready["_blobs"]), STAGE)
     except StageEnded:
         return None
