@@ -41,6 +41,24 @@ def test_pool_hands_out_fresh_pre_started_workers(fast):
         assert first.process.pid != second.process.pid
 
 
+def test_spares_take_the_device_ahead_and_one_for_another_device_is_not_used(fast):
+    """Given the next evaluation's likely device, each spare is sent its first ping at once (on a GPU, CUDA's
+    start); the evaluation's own ping takes that answer first. A spare that took another device is not
+    handed out (a CPU run's memory limit would bind a process that started CUDA)."""
+    options = fast.worker_options()
+    with WorkerPool() as pool:
+        pool.fill(options, "cpu")
+        spare, referee = pool.ready[WORKER][0], pool.ready[REFEREE][0]
+        assert spare.pending is not None and spare.pending.op == "ping" and spare.first_device == "cpu"
+        elsewhere = pool.take(options, WORKER, "cuda:0")
+        assert elsewhere is not spare and elsewhere.process is None and not pool.ready[WORKER]
+        assert spare.process.poll() is not None or spare.process.wait(timeout=10) is not None  # closed, not kept
+        with pool.take(options, REFEREE, "cpu") as taken:
+            assert taken is referee
+            assert taken.call(protocol.Ping("cpu"))["device"]["type"] == "cpu"  # the first answer taken first
+            assert taken.pending is None
+
+
 def test_evaluations_through_a_pool_never_share_a_process(fast):
     good = CANDIDATES / "core" / "correct.py"
     crash = CANDIDATES / "isolation" / "segfault.py"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import kerneljudge
-from kerneljudge import api, channel, spawn, suite
+from kerneljudge import api, channel, pipeline, spawn, suite
 from kerneljudge.errors import KernelJudgeError, UsageError
 from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import VERBS, Options
@@ -175,7 +175,7 @@ def serve(socket_path: Path, *, spares: int = 1, log: Callable[[str], None] = pr
              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         with WorkerPool(spares=spares) as pool:
-            pool.fill()
+            pool.fill(device=pipeline.resolve_device("auto"))  # the spares take the likely device at once
             log(f"kerneljudge serve: listening on {socket_path} (pid {state['pid']}, {spares} spare worker(s))")
             while True:
                 connection, _ = listener.accept()

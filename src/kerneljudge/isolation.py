@@ -76,7 +76,7 @@ class Pending:
 
     op: str
     nonce: str
-    sent_at: int
+    sent_at: int | None  # None: sent before the process joined an evaluation's memory account
 
 
 class WorkerProcess:
@@ -99,6 +99,7 @@ class WorkerProcess:
         self.memory_limit_bytes: int | None = None  # that cgroup's limit, as applied when the worker started
         self.tally: MemoryTally | None = None  # the evaluation's memory account (memtally.py), when it keeps one
         self.pending: Pending | None = None  # the request sent whose reply is not collected yet (one at most)
+        self.first_device: str | None = None  # the device a spare was sent to take before it was taken (a pool's)
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -194,7 +195,7 @@ class WorkerProcess:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
-        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else 0)
+        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None)
         with self._failures(op):
             channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
         self.pending = pending
@@ -213,7 +214,7 @@ class WorkerProcess:
         if reply.get("poisoned"):
             self.dead = True
         figures = reply.pop("_memory", None)
-        if self.tally is not None:
+        if self.tally is not None and pending.sent_at is not None:
             self.tally.replied(self.role, pending.sent_at, figures)
         return reply
 
@@ -369,6 +370,11 @@ WORKER = "kerneljudge.worker"
 REFEREE = "kerneljudge.referee"
 
 
+def first_ping(options: WorkerOptions, device: str, module: str) -> "protocol.Ping":
+    """A process's first request: take `device` (the worker with its share of a GPU's memory)."""
+    return protocol.Ping(device, options.memory_limit_mb, options.gpu_memory_share if module == WORKER else None)
+
+
 class WorkerPool:
     """Pre-started processes for many evaluations in a row (an RL loop, the MCP server, `kerneljudge
     serve`, `api.*(pool=...)` in a script): a spare worker and a spare referee.
@@ -393,14 +399,16 @@ class WorkerPool:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def take(self, options: WorkerOptions, module: str = WORKER) -> WorkerProcess:
-        """A process of `module` under `options` to use as a context manager: a live spare if one is
-        waiting, else one that starts on use."""
+    def take(self, options: WorkerOptions, module: str = WORKER, device: str | None = None) -> WorkerProcess:
+        """A process of `module` under `options` for `device`, to use as a context manager: a live spare if
+        one is waiting (not one that took another device: a CPU run's memory limit would bind a process
+        that started CUDA), else one that starts on use."""
         with self._lock:
             process = None
             while self.ready[module] and process is None:
                 spare = self.ready[module].pop(0)
-                if spare.process.poll() is None and spare.options.launch_key() == options.launch_key():
+                if spare.process.poll() is None and spare.options.launch_key() == options.launch_key() and \
+                        spare.first_device in (None, device):
                     process = spare
                 else:
                     spare.close()
@@ -409,15 +417,22 @@ class WorkerPool:
         process.options = options  # its deadline is set when the evaluation enters it
         return process
 
-    def fill(self, options: WorkerOptions | None = None) -> None:
+    def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
         """Start spares up to the pool's count (after each evaluation, under its options: the sandbox's
-        writable folders are fixed when a worker starts; when a server starts, under the defaults)."""
+        writable folders are fixed when a worker starts; when a server starts, under the defaults). Given
+        the `device` the next evaluation will likely use, each spare is sent its first request at once
+        (`first_ping`: on a GPU, CUDA's start, a third of a second), answered while it waits to be taken;
+        the evaluation's own ping then finds the device taken (WorkerProcess.submit takes the spare's
+        answer first). A spare taken for another device takes that one too."""
         options = options or Options().worker_options()
         with self._lock:
             for module, ready in self.ready.items():
                 while len(ready) < self.spares:
                     spare = WorkerProcess(options, module=module)
                     spare.start()
+                    if device is not None:
+                        spare.submit(first_ping(options, device, module))
+                        spare.first_device = device
                     ready.append(spare)
 
     def settle(self, clock: Callable[[], float] = time.monotonic) -> float:

@@ -30,7 +30,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from kerneljudge import __version__, api, report, sourcefile, suite
+from kerneljudge import __version__, api, pipeline, report, sourcefile, suite
 from kerneljudge.candidate import missing_file
 from kerneljudge.errors import KernelJudgeError
 from kerneljudge.isolation import WorkerPool
@@ -196,7 +196,7 @@ def run_stdio(options: Options | None = None) -> None:
     """Serve over stdio until the client closes the connection (what `kerneljudge mcp` runs), with a
     worker kept started ahead of each tool call."""
     with WorkerPool() as pool:
-        pool.fill()
+        pool.fill(device=pipeline.resolve_device((options or Options()).device))  # the likely device, taken at once
         build_server(options, pool).run("stdio")
 
 

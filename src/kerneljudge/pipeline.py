@@ -25,7 +25,7 @@ from typing import Any, Callable
 from kerneljudge import cache, devicelock, lint, protocol, sandbox, suite
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, ProblemError, UsageError
-from kerneljudge.isolation import REFEREE, WorkerFailure, WorkerPool, WorkerProcess, together
+from kerneljudge.isolation import REFEREE, WORKER, WorkerFailure, WorkerPool, WorkerProcess, first_ping, together
 from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
@@ -180,8 +180,9 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
     worker_options = options.worker_options()
-    worker = pool.take(worker_options) if pool is not None else WorkerProcess(worker_options)
-    referee = pool.take(worker_options, REFEREE) if pool is not None else WorkerProcess(worker_options, module=REFEREE)
+    worker = pool.take(worker_options, WORKER, device) if pool is not None else WorkerProcess(worker_options)
+    referee = pool.take(worker_options, REFEREE, device) if pool is not None else \
+        WorkerProcess(worker_options, module=REFEREE)
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines,
                       tally=MemoryTally("cuda" if device.startswith("cuda") else "cpu"))
     worker.tally = referee.tally = judging.tally
@@ -191,11 +192,12 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
                 # both take the device at once (a GPU's context: a quarter of a second each); the referee then
                 # tries the worker's shared probe, a second ping that finds its device taken
-                started = referee.submit(_ping_request(judging))
-                hello = _ping(judging, worker, gpu_memory_share=options.worker.gpu_memory_share)
+                started = referee.submit(first_ping(worker_options, device, REFEREE))
+                hello = judging.take(worker.call(first_ping(worker_options, device, WORKER)), "worker")
                 checked = judging.take(referee.collect(started), "worker")
                 if options.worker.device_share and hello.get("share_probe") is not None:
-                    checked = _ping(judging, referee, share_probe=hello["share_probe"])
+                    checked = judging.take(referee.call(protocol.Ping(device, worker_options.memory_limit_mb,
+                                                                      share_probe=hello["share_probe"])), "worker")
                 run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
@@ -241,7 +243,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
         if pool is not None:
-            pool.fill(worker_options)  # the next worker starts now, not during this evaluation's measurements
+            pool.fill(worker_options, device)  # the next processes start now, not during this evaluation's measurements
 
 
 @contextmanager
@@ -274,14 +276,6 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
             shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
             judging.findings.append(Finding.of(code, f"the candidate's process {what}: {shown}", stage="worker",
                                                files=files[:50]))
-
-
-def _ping(judging: Judging, process: WorkerProcess, **given: Any) -> dict:
-    return judging.take(process.call(_ping_request(judging, **given)), "worker")
-
-
-def _ping_request(judging: Judging, **given: Any) -> protocol.Ping:
-    return protocol.Ping(judging.device, judging.options.worker.memory_limit_mb, **given)
 
 
 def _share_outputs(judging: Judging, checked: dict) -> str:

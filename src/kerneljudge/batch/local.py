@@ -69,12 +69,12 @@ class _LanePool(WorkerPool):
         super().__init__()
         self.tracked = tracked
 
-    def take(self, options: WorkerOptions, module: str = WORKER) -> WorkerProcess:
-        return self.tracked.add(super().take(options, module))
+    def take(self, options: WorkerOptions, module: str = WORKER, device: str | None = None) -> WorkerProcess:
+        return self.tracked.add(super().take(options, module, device))
 
-    def fill(self, options: WorkerOptions | None = None) -> None:
+    def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
         if not self.tracked.stopped:
-            super().fill(options)
+            super().fill(options, device)
 
     def close(self) -> None:
         """Spares never ran candidate code: killed, not waited for (one still importing torch would not
@@ -110,7 +110,8 @@ class LocalLane:
             holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
-                self.pool.fill(options.worker_options())  # the next candidate's processes, while this one builds and is checked
+                # the next candidate's processes (taking the device at once), while this one builds
+                self.pool.fill(options.worker_options(), self.device)
             on_progress(event)
 
         try:
