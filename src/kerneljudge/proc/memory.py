@@ -72,7 +72,7 @@ def _vm_hwm_bytes() -> int:
 def _allocated(device: torch.device, which: str) -> int:
     """The GPU allocator's allocated bytes, "current" or "peak". Read from the nested statistics: the flat
     ones behind torch.cuda.memory_allocated (`memory_stats`) cost 0.4 ms a call on the H200, 0.2 s of an
-    evaluation's referee time at four calls a request (eighth session's profile)."""
+    evaluation's referee time at four calls a request (ninth session's profile)."""
     stats = torch.cuda.memory_stats_as_nested_dict(device)  # empty before CUDA is initialised
     return int(stats.get("allocated_bytes", {}).get("all", {}).get(which, 0))
 
