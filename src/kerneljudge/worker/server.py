@@ -20,7 +20,7 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
-from kerneljudge.proc.inputs import equal_bits, make_inputs, seed_generators
+from kerneljudge.proc.inputs import equal_bits, make_inputs, refill, seed_generators
 from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
@@ -219,7 +219,7 @@ class Worker:
         args = self._inputs(request, blobs)
         blobs.clear()  # the inputs' bytes are not held beside the inputs during the call
         if request.reuse is not None:  # the same buffers, new values (then let go, unless kept again)
-            args = _refilled(session.kept.pop(request.reuse), args)
+            args = refill(session.kept.pop(request.reuse), args)
         if request.keep is not None:
             session.kept[request.keep] = args
         if request.poison:
@@ -426,15 +426,6 @@ class Worker:
                      for other in later for b in tensorwire.tensors_of(other))
         output, out_blobs = tensorwire.describe_output(out, self._export())
         return _reply([], blobs=out_blobs, output=output, reused=reused)
-
-
-def _refilled(buffers: list, values: list) -> list:
-    """`buffers` holding `values`. A function, so that no name still holds a value tensor during the call
-    (a loop's variable did: on the H200 a third footprint-sized block in the refilled-inputs probe)."""
-    for buffer, value in zip(buffers, values):
-        if isinstance(buffer, torch.Tensor):
-            buffer.copy_(value)
-    return buffers
 
 
 def _bytes(t) -> int:
