@@ -24,6 +24,8 @@ from kerneljudge import api, isolation, sealed
 from kerneljudge.options import Options
 
 totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0, 0])
+durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)  # each request's seconds, by kind
+by_stage: dict[tuple[str, str], list[float]] = collections.defaultdict(list)  # ... by the stage it served
 timeline: list[tuple[float, float, str, str]] = []  # (start, end, role, op) of every request
 _submit, _collect = isolation.WorkerProcess.submit, isolation.WorkerProcess.collect
 _sent: dict[str, tuple[float, str, list]] = {}  # nonce -> (sent at, request kind, its blobs)
@@ -45,6 +47,8 @@ def collected(self, pending, **kw):
     entry = totals[(self.role, op)]
     entry[0] += 1
     entry[1] += time.perf_counter() - started
+    durations[(self.role, op)].append(time.perf_counter() - started)
+    by_stage[(str(self.stage), f"{self.role} {op}")].append(time.perf_counter() - started)
     for b in blobs + list(reply.get("_blobs", [])):
         entry[3 if isinstance(b, sealed.SealedBlob) else 2] += len(b)
     return reply
@@ -73,8 +77,8 @@ def main() -> None:
             options = options.replace(timing={"baselines": False})
         if args.warm:
             api.evaluate(args.problem, args.solution, options)
-            totals.clear()
-            timeline.clear()
+            for kept in (totals, timeline, durations, by_stage):
+                kept.clear()
             for old in Path(folder).glob("referee-*.prof"):
                 old.unlink()
         judge = cProfile.Profile() if args.profile else None
@@ -95,13 +99,20 @@ def report(result, started: float, wall_s: float) -> None:
     for finding in result.findings:
         if finding.severity in ("fail", "error"):
             print(f"  {finding.severity} {finding.code} [{finding.stage}]: {finding.message[:300]}")
-    print(f"{'role':8} {'request':18} {'n':>4} {'total ms':>10} {'mean ms':>9} {'inline MiB':>11} {'sealed MiB':>11}")
+    print(f"{'role':8} {'request':18} {'n':>4} {'total ms':>10} {'mean ms':>9} {'median ms':>9} {'max ms':>9} "
+          f"{'inline MiB':>11} {'sealed MiB':>11}")
     for (role, op), (n, seconds, inline, mapped) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        print(f"{role:8} {op:18} {n:4} {1e3 * seconds:10.1f} {1e3 * seconds / n:9.2f} {inline / 2**20:11.1f} "
-              f"{mapped / 2**20:11.1f}")
+        each = sorted(durations[(role, op)])
+        print(f"{role:8} {op:18} {n:4} {1e3 * seconds:10.1f} {1e3 * seconds / n:9.2f} {1e3 * each[len(each) // 2]:9.2f} "
+              f"{1e3 * each[-1]:9.2f} {inline / 2**20:11.1f} {mapped / 2**20:11.1f}")
     print(f"{'all':8} {'':18} {sum(v[0] for v in totals.values()):4} "
           f"{1e3 * sum(v[1] for v in totals.values()):10.1f}")
     print_gaps(started, started + wall_s)
+    print("by stage: requests (count, total ms, median ms)")
+    for stage in dict.fromkeys(stage for stage, _ in by_stage):
+        kinds = sorted(((kind, each) for (s, kind), each in by_stage.items() if s == stage), key=lambda kv: -sum(kv[1]))
+        print(f"  {stage}: " + "; ".join(f"{kind} {len(each)}x {1e3 * sum(each):.0f} ({1e3 * sorted(each)[len(each) // 2]:.1f})"
+                                       for kind, each in kinds))
 
 
 def print_gaps(started: float, ended: float) -> None:

@@ -28,13 +28,17 @@ import ctypes
 import functools
 import math
 import re
-from typing import Any
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
 HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
 LAZY_ENABLE_PEER_ACCESS = 0x1
 PROBE_ELEMENTS = 4096
+KEEP_OPEN = 4  # a worker's allocations the referee keeps mapped between copies (Mappings) ...
+KEEP_OPEN_BYTES = 1 << 30  # ... each of at most this size
 
 
 class ShareError(ValueError):
@@ -124,11 +128,58 @@ class Exporter:
         return exported
 
 
-def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
+class Mappings:
+    """The referee's opened allocations of one worker, kept open between copies. Opening a handle maps the
+    whole allocation into this process (the driver's most expensive step of a crossing), and a worker's
+    outputs come back in the same few allocations of its caching allocator call after call, so each is
+    opened once. A new allocation gets a new handle (the driver's rule, even at a reused address), so an
+    entry never names other memory than it mapped. Bounded: at most `keep` allocations of at most
+    KEEP_OPEN_BYTES each (a larger one is closed after its copy, which costs more than its opening), the
+    least recently used closed first; an allocation the worker frees stays on the device while it is open
+    here, so the bound is also what the referee can keep of the worker's freed memory. `keep=0`: each
+    allocation closed after its copy."""
+
+    def __init__(self, keep: int = KEEP_OPEN):
+        self.keep = keep
+        self.opened: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()  # handle -> (mapped, start, size)
+
+    @contextmanager
+    def mapped(self, handle: _Handle) -> Iterator[tuple[int, int, int]]:
+        """(mapped address, start and size of the allocation mapped) of `handle`, opened unless it is open."""
+        driver, key = _driver(), bytes(handle)
+        entry = self.opened.pop(key, None)
+        if entry is None:
+            base = ctypes.c_uint64()
+            _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
+            try:
+                entry = (base.value, *driver.allocation_of(base.value))
+            except ShareError:
+                driver.close(base.value)
+                raise
+        try:
+            yield entry
+        except BaseException:
+            driver.close(entry[0])
+            raise
+        if entry[2] > KEEP_OPEN_BYTES or not self.keep:
+            driver.close(entry[0])
+            return
+        self.opened[key] = entry
+        while len(self.opened) > self.keep:
+            driver.close(self.opened.popitem(last=False)[1][0])
+
+    def close(self) -> None:
+        while self.opened:
+            _driver().close(self.opened.popitem()[1][0])
+
+
+def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device,
+                mappings: Mappings | None = None) -> torch.Tensor:
     """The referee's side: a tensor of its own holding the `shape`/`dtype` bytes the described handle maps,
-    on `device` (the CPU too); ShareError when the description is malformed, the handle does not open or
-    the bytes would reach past the allocation it maps. Nothing is allocated for the tensor before its
-    bytes are known to lie inside that allocation (a shape is the worker's claim)."""
+    on `device` (the CPU too), through `mappings` (None: opened for this copy alone); ShareError when the
+    description is malformed, the handle does not open or the bytes would reach past the allocation it
+    maps. Nothing is allocated for the tensor before its bytes are known to lie inside that allocation (a
+    shape is the worker's claim)."""
     if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
             and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
             and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
@@ -136,20 +187,15 @@ def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: 
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()  # Python ints: no overflow
     if not nbytes:
         return torch.empty(shape, dtype=dtype, device=device)
-    driver = _driver()
     handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
-    base = ctypes.c_uint64()
     torch.cuda.init()
-    _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
-    try:
-        start, size = driver.allocation_of(base.value)
+    with (mappings or Mappings(keep=0)).mapped(handle) as (base, start, size):
         offset = description["offset"]
-        if base.value + offset + nbytes > start + size:
+        if base + offset + nbytes > start + size:
             raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
         target = torch.empty(shape, dtype=dtype, device=device)
         try:
-            source = torch.as_tensor(_Span(base.value + offset, nbytes),
-                                     device=f"cuda:{torch.cuda.current_device()}")
+            source = torch.as_tensor(_Span(base + offset, nbytes), device=f"cuda:{torch.cuda.current_device()}")
             target.reshape(-1).view(torch.uint8).copy_(source)
             del source
             torch.cuda.current_stream().synchronize()
@@ -157,8 +203,6 @@ def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: 
             if isinstance(exc, torch.OutOfMemoryError):
                 raise
             raise ShareError(f"the shared bytes could not be read: {type(exc).__name__}: {exc}") from None
-    finally:
-        driver.close(base.value)
     return target
 
 

@@ -140,9 +140,11 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return 0
 
 
-def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, shared: bool = False) -> torch.Tensor:
-    """The tensor a description names, checked; `shared`: whether a CUDA IPC description may be taken (only
-    where the referee opened this worker's probe: otherwise none was agreed, and none is opened)."""
+def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
+                  shared: deviceshare.Mappings | None = None) -> torch.Tensor:
+    """The tensor a description names, checked; `shared`: the worker's allocations opened so far, where a
+    CUDA IPC description may be taken (only where the referee opened this worker's probe: otherwise none
+    was agreed, and none is opened)."""
     if not isinstance(meta, dict) or meta.get("t") != "tensor":
         raise WireError("expected a tensor description")
     dtype = DTYPES.get(meta.get("dtype"))
@@ -154,10 +156,10 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
             or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
         raise WireError(f"malformed shape {shape!r}")
     if "shared" in meta:
-        if not shared:
+        if shared is None:
             raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
         try:
-            return deviceshare.copy_shared(meta["shared"], dtype, shape, device)
+            return deviceshare.copy_shared(meta["shared"], dtype, shape, device, shared)
         except deviceshare.ShareError as exc:
             raise WireError(str(exc)) from None
     if type(index) is not int or not 0 <= index < len(blobs):
@@ -177,7 +179,7 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
     return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
-def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = False) -> list:
+def unpack_values(meta: list, blobs: list, device: torch.device, shared: deviceshare.Mappings | None = None) -> list:
     """The inverse of pack_values; raises WireError on anything that is not what it says."""
     if not isinstance(meta, list):
         raise WireError("expected a list of values")
@@ -196,7 +198,7 @@ def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = 
 
 
 def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
-                  shared: bool = False) -> tuple[str, list[dict], list]:
+                  shared: deviceshare.Mappings | None = None) -> tuple[str, list[dict], list]:
     """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
         raise WireError("malformed output description")

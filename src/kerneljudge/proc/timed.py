@@ -33,7 +33,7 @@ class TimedModel:
 
     def __init__(self, call: Callable[[list], Any], problem, device: torch.device, set_seeds: list[int],
                  method: str, clock_ns: Callable[[], int], after_call: Callable[[int, Any], None] | None = None):
-        self.call, self.problem, self.device, self.after_call = call, problem, device, after_call
+        self.call, self.problem, self.device, self.after_call, self.method = call, problem, device, after_call, method
         first = make_inputs(problem, set_seeds[0], device)
         per_set = max(1, timing.tensor_bytes(first))
         budget = min(INPUT_SET_BUDGET_BYTES, memory.device_free_bytes(device) // INPUT_SET_FREE_SHARE)
@@ -51,16 +51,27 @@ class TimedModel:
         self._pending_refills: dict[int, int] = {}
         self._spin_cycles_per_ms = 0.0  # GPU: measured at the first watched batch (the worker's), with the hold
         self._hold: StreamHold | None = None
+        self._output_bytes: int | None = None
+
+    def redraw(self, set_seeds: list[int]) -> None:
+        """New values in the input sets, drawn from `set_seeds` (same buffers): the same model timed again
+        (the reference: calibration, then eager) needs no new sets, flusher or events."""
+        self.outputs = {}
+        for buffers, seed in zip(self.sets, set_seeds):
+            refill(buffers, make_inputs(self.problem, seed, self.device))
 
     def describe(self, call: bool) -> dict[str, Any]:
-        """How many input sets fit; with `call`, one untimed call for the bytes it reads and writes."""
+        """How many input sets fit; with `call`, one untimed call (the first describe's only) for the bytes it
+        reads and writes."""
         if not call:
             return {"input_sets": len(self.sets)}
-        with torch.inference_mode():
-            out = self.call(self.sets[0])
-        synchronize(self.device)
+        if self._output_bytes is None:
+            with torch.inference_mode():
+                out = self.call(self.sets[0])
+            synchronize(self.device)
+            self._output_bytes = timing.tensor_bytes(out)
         return {"input_sets": len(self.sets), "input_bytes": timing.tensor_bytes(self.sets[0]),
-                "output_bytes": timing.tensor_bytes(out)}
+                "output_bytes": self._output_bytes}
 
     def _one(self, i: int):
         try:

@@ -49,9 +49,11 @@ def _clock_ns() -> int:
 class Referee:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
-        self.accepts_shared = False  # CUDA IPC descriptions from the worker: only once its probe opened here
+        # the worker's allocations opened here: CUDA IPC descriptions are taken only once its probe opened here
+        self.shared: deviceshare.Mappings | None = None
         self.session: RefereeSession | None = None
         self.timed: TimedModel | None = None
+        self.timed_eager = False  # whether `timed` times the reference eager (not under torch.compile)
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
@@ -89,7 +91,9 @@ class Referee:
         if request.share_probe is not None:
             reply["share_refused"] = (deviceshare.check_probe(request.share_probe) if self.device.type == "cuda"
                                       else "not a CUDA device")
-            self.accepts_shared = reply["share_refused"] is None
+            if self.shared is not None:  # another worker's allocations (a referee that served one before)
+                self.shared.close()
+            self.shared = deviceshare.Mappings() if reply["share_refused"] is None else None
         return reply, []
 
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
@@ -133,7 +137,7 @@ class Referee:
         return {"inputs": meta, "reference": reference}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
-        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
+        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.shared)
         return compare.Received(kind, facts, tensors, str(description.get("type", "")))
 
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
@@ -145,7 +149,7 @@ class Referee:
             received = self._received(request.output, blobs)
             # the inputs after the call stay in host memory: compared block by block (same_bits), they need no
             # second device copy of the inputs beside the kept ones
-            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"), self.accepts_shared)
+            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"), self.shared)
                      if request.inputs_after is not None else None)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:
@@ -225,10 +229,15 @@ class Referee:
                 model = torch.compile(session.reference)
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
-        self.timed = None  # the last model's input sets and outputs go before the next one's are drawn
-        self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem,
-                                self.device, request.set_seeds,
-                                request.method, _clock_ns)
+        eager = self.timed is not None and self.timed_eager and request.model != "compile" and \
+            self.timed.method == request.method
+        if eager:  # the reference eager again (calibration, eager, the cross-check's rounds): new values only
+            self.timed.redraw(request.set_seeds)
+        else:
+            self.timed = None  # the last model's input sets and outputs go before the next one's are drawn
+            self.timed = TimedModel(session.seeding.timed(lambda args: model(*args)), session.problem,
+                                    self.device, request.set_seeds, request.method, _clock_ns)
+        self.timed_eager = request.model != "compile"
         try:
             return self.timed.describe(request.describe), []  # torch.compile compiles here, outside the timing
         except Exception as exc:  # noqa: BLE001

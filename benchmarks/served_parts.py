@@ -1,0 +1,116 @@
+"""Where a served level2/51 evaluation's two largest parts go, measured in one process (GPU):
+the referee's comparison of a full-size output (`referee/compare.compare`, per CLOSE_BLOCK size: time and
+temporaries), and one timed batch of a fast candidate in the worker (`proc/timed.TimedModel.batch`:
+whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation).
+
+    PYTHONPATH=src python benchmarks/served_parts.py [--device cuda] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+
+import torch
+
+from kerneljudge import timing
+from kerneljudge.problem import load_problem
+from kerneljudge.proc.inputs import make_inputs, synchronize
+from kerneljudge.proc.timed import TimedModel
+from kerneljudge.referee import compare
+from kerneljudge.worker.build import import_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+TRITON = ROOT / "src/kerneljudge/suite/solutions/level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd"
+
+
+def _ms(fn, repeats: int, device: torch.device) -> float:
+    """Median wall time of `fn` in ms, synchronised after each call."""
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append((time.perf_counter() - started) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def comparison(device: torch.device, repeats: int) -> None:
+    truth = torch.randn(2048, 8192, dtype=torch.float64, device=device)
+    native = truth.float()
+    out = native + 1e-7 * torch.randn_like(native)
+    received = compare.Received("tensor", [{"exact": True, "device": str(device)}], [out])
+    for block in (1 << 21, 1 << 22, 1 << 23, 1 << 24):
+        compare.CLOSE_BLOCK[device.type] = block
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            held = torch.cuda.memory_allocated(device)
+        ms = _ms(lambda: compare.compare(0, received, native, truth, 1e-4, 1e-4), repeats, device)
+        extra = (torch.cuda.max_memory_allocated(device) - held) / 2**20 if device.type == "cuda" else float("nan")
+        print(f"compare 2048x8192 float32 vs float64, block {block >> 20}M elements: {ms:.2f} ms, "
+              f"temporaries {extra:.0f} MiB")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"sol_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def batches(device: torch.device, repeats: int) -> None:
+    problem = load_problem("level2/51", preset=None if device.type == "cuda" else "small", overrides=(),
+                           small_if_builtin=False)
+    module = import_problem(str(problem.path), problem.source, problem.constants)
+    torch.manual_seed(0)
+    candidates = {"x*2+1 (elementwise)": lambda args: args[0] * 2.0 + 1.0}
+    try:
+        solution = _load(TRITON / "triton.py")
+        model = solution.ModelNew(*module.get_init_inputs()).to(device).eval()
+        candidates["triton solution"] = lambda args: model(*args)
+    except Exception as exc:  # noqa: BLE001 - a benchmark: say why and go on with the other candidate
+        print("triton solution unavailable:", type(exc).__name__, exc)
+    for name, call in candidates.items():
+        timed = TimedModel(call, module, device, [11, 12, 13, 14], "cuda-events", time.perf_counter_ns)
+        sets = len(timed.sets)
+        first = [0]
+
+        def batch(refilled: bool) -> list[float]:
+            refills = {first[0] + k: 1000 + first[0] + k for k in range(sets)} if refilled else {}
+            samples = timed.batch(first[0], sets, refills)
+            first[0] += sets
+            return samples
+
+        for _ in range(5):
+            batch(True)
+        whole = _ms(lambda: batch(True), repeats, device)
+        bare = _ms(lambda: batch(False), repeats, device)
+        draws = _ms(lambda: [make_inputs(module, 7, device) for _ in range(sets)], repeats, device)
+        flusher = timing.L2Flusher.for_cuda_device(device) if device.type == "cuda" else timing.CpuCacheFlusher()
+        flushes = _ms(lambda: [flusher() for _ in range(sets)], repeats, device)
+        with torch.inference_mode():
+            calls = _ms(lambda: [call(timed.sets[k]) for k in range(sets)], repeats, device)
+        samples = batch(True)
+        print(f"{name}: a batch of {sets} calls with every set refilled {whole:.2f} ms, none refilled {bare:.2f} ms; "
+              f"parts alone: {sets} draws {draws:.2f} ms, {sets} flushes {flushes:.2f} ms, {sets} calls "
+              f"{calls:.2f} ms; claimed call times {[round(s, 4) for s in samples]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)
+        torch.cuda.set_device(device)
+    comparison(device, args.repeats)
+    batches(device, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
