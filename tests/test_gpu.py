@@ -98,3 +98,13 @@ def test_a_candidate_past_its_share_of_the_gpus_memory_runs_out_in_its_own_proce
     assert outcome(capped) == ("error", {"out-of-memory"}), [(f.code, f.message) for f in capped.findings]
     whole = api.evaluate(SEED, GPU / "gpu_hog.py", on_gpu.replace(worker={"gpu_memory_share": 1.0}))
     assert outcome(whole) == ("pass", set()), [(f.code, f.message) for f in whole.findings]
+
+
+def test_an_input_changed_in_place_is_seen_where_the_worker_holds_it(on_gpu):
+    """A check trial's inputs as the worker had them after the call come back as CUDA IPC handles (64 MiB at
+    full size) and are compared where they lie, without a copy (tensorwire.values_in_place): a candidate that
+    writes into its input is `input-mutation` on the GPU as on the CPU (the shipped solution above, whose
+    inputs come back the same way, passes)."""
+    result = api.evaluate(SEED, CANDIDATES / "integrity" / "input_mutation.py", on_gpu)
+    assert "input-mutation" in codes(result), [(f.code, f.message) for f in result.findings]
+    assert result.memory["outputs_cross"] == "cuda-ipc"

@@ -173,31 +173,50 @@ class Mappings:
             _driver().close(self.opened.popitem()[1][0])
 
 
-def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device,
-                mappings: Mappings | None = None) -> torch.Tensor:
-    """The referee's side: a tensor of its own holding the `shape`/`dtype` bytes the described handle maps,
-    on `device` (the CPU too), through `mappings` (None: opened for this copy alone); ShareError when the
-    description is malformed, the handle does not open or the bytes would reach past the allocation it
-    maps. Nothing is allocated for the tensor before its bytes are known to lie inside that allocation (a
-    shape is the worker's claim)."""
+@contextmanager
+def viewed(description: Any, dtype: torch.dtype, shape: list[int],
+           mappings: Mappings | None = None) -> Iterator[torch.Tensor]:
+    """The `shape`/`dtype` bytes the described handle maps, as a tensor viewing the worker's memory in place
+    (no copy), valid inside the block, through `mappings` (None: opened for this block alone); ShareError
+    when the description is malformed, the handle does not open or the bytes would reach past the
+    allocation it maps (a shape is the worker's claim: nothing is read before that is known)."""
     if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
             and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
             and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
         raise ShareError("a malformed shared-memory description")
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()  # Python ints: no overflow
-    if not nbytes:
-        return torch.empty(shape, dtype=dtype, device=device)
-    handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
+    item_bytes = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * item_bytes  # Python ints: no overflow
     torch.cuda.init()
+    device = torch.device("cuda", torch.cuda.current_device())
+    if not nbytes:
+        yield torch.empty(shape, dtype=dtype, device=device)
+        return
+    handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
     with (mappings or Mappings(keep=0)).mapped(handle) as (base, start, size):
         offset = description["offset"]
         if base + offset + nbytes > start + size:
             raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
+        source = torch.as_tensor(_Span(base + offset, nbytes), device=device)
+        try:
+            if (base + offset) % item_bytes == 0:
+                yield source.view(dtype).reshape(shape)
+            else:  # elements read where they are must be aligned (else a misaligned-address fault on the device)
+                aligned = torch.empty(shape, dtype=dtype, device=device)
+                aligned.reshape(-1).view(torch.uint8).copy_(source)
+                yield aligned
+        finally:
+            del source
+
+
+def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device,
+                mappings: Mappings | None = None) -> torch.Tensor:
+    """A tensor of the referee's own on `device` (the CPU too) holding the bytes `viewed` names; ShareError as
+    there, or when they cannot be read. Nothing is allocated before the bytes are known to lie inside the
+    allocation shared."""
+    with viewed(description, dtype, shape, mappings) as source:
         target = torch.empty(shape, dtype=dtype, device=device)
         try:
-            source = torch.as_tensor(_Span(base + offset, nbytes), device=f"cuda:{torch.cuda.current_device()}")
-            target.reshape(-1).view(torch.uint8).copy_(source)
-            del source
+            target.copy_(source)
             torch.cuda.current_stream().synchronize()
         except RuntimeError as exc:  # not OutOfMemoryError (the referee's own want): the memory shared
             if isinstance(exc, torch.OutOfMemoryError):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any, Callable
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -140,21 +141,27 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return 0
 
 
-def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
-                  shared: deviceshare.Mappings | None = None) -> torch.Tensor:
-    """The tensor a description names, checked; `shared`: the worker's allocations opened so far, where a
-    CUDA IPC description may be taken (only where the referee opened this worker's probe: otherwise none
-    was agreed, and none is opened)."""
+def _dtype_shape(meta: Any) -> tuple[torch.dtype, list[int]]:
+    """A tensor description's dtype and shape, checked."""
     if not isinstance(meta, dict) or meta.get("t") != "tensor":
         raise WireError("expected a tensor description")
     dtype = DTYPES.get(meta.get("dtype"))
     shape = meta.get("shape")
-    index = meta.get("blob")
     if dtype is None:
         raise WireError(f"unknown dtype {meta.get('dtype')!r}")
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
             or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
         raise WireError(f"malformed shape {shape!r}")
+    return dtype, shape
+
+
+def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
+                  shared: deviceshare.Mappings | None = None) -> torch.Tensor:
+    """The tensor a description names, checked; `shared`: the worker's allocations opened so far, where a
+    CUDA IPC description may be taken (only where the referee opened this worker's probe: otherwise none
+    was agreed, and none is opened)."""
+    dtype, shape = _dtype_shape(meta)
+    index = meta.get("blob")
     if "shared" in meta:
         if shared is None:
             raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
@@ -181,20 +188,48 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
 
 def unpack_values(meta: list, blobs: list, device: torch.device, shared: deviceshare.Mappings | None = None) -> list:
     """The inverse of pack_values; raises WireError on anything that is not what it says."""
+    return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device, shared) for m in _value_list(meta)]
+
+
+@contextmanager
+def values_in_place(meta: list, blobs: list, shared: deviceshare.Mappings | None) -> Iterator[list]:
+    """`unpack_values` for a look that copies nothing it need not: tensors shared as CUDA IPC handles are
+    views of the worker's memory where it lies (valid inside the block), the others come to host memory."""
+    with ExitStack() as stack:
+        values = []
+        for m in _value_list(meta):
+            if _is_value(m):
+                values.append(_plain(m))
+            elif isinstance(m, dict) and "shared" in m:
+                if shared is None:
+                    raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
+                try:
+                    values.append(stack.enter_context(deviceshare.viewed(m["shared"], *_dtype_shape(m), shared)))
+                except deviceshare.ShareError as exc:
+                    raise WireError(str(exc)) from None
+            else:
+                values.append(unpack_tensor(m, blobs, torch.device("cpu")))
+        yield values
+
+
+def _value_list(meta: Any) -> list:
     if not isinstance(meta, list):
         raise WireError("expected a list of values")
-    values = []
-    for m in meta:
-        if isinstance(m, dict) and m.get("t") == "value":
-            v = m.get("v")
-            plain = (type(v) in (bool, int, float, str) or v is None or
-                     (type(v) is list and all(x is None or type(x) in (bool, int, float, str) for x in v)))
-            if not plain:
-                raise WireError("a non-tensor value that is not a plain number, string or list of them")
-            values.append(tuple(v) if m.get("seq") == "tuple" else v)
-        else:
-            values.append(unpack_tensor(m, blobs, device, shared))
-    return values
+    return meta
+
+
+def _is_value(m: Any) -> bool:
+    return isinstance(m, dict) and m.get("t") == "value"
+
+
+def _plain(m: dict) -> Any:
+    """A non-tensor value, checked: plain numbers, strings, booleans, None, or a list or tuple of them."""
+    v = m.get("v")
+    plain = (type(v) in (bool, int, float, str) or v is None or
+             (type(v) is list and all(x is None or type(x) in (bool, int, float, str) for x in v)))
+    if not plain:
+        raise WireError("a non-tensor value that is not a plain number, string or list of them")
+    return tuple(v) if m.get("seq") == "tuple" else v
 
 
 def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,

@@ -140,6 +140,13 @@ class Referee:
         kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.shared)
         return compare.Received(kind, facts, tensors, str(description.get("type", "")))
 
+    def _inputs_changed(self, kept: list, described: list, blobs: list) -> bool:
+        """Whether the inputs, as the worker had them after the call, differ from the kept ones: compared block
+        by block (same_bits) where they are, in the worker's own device memory (its handles) or in host memory,
+        so no second device copy of the inputs is made beside the kept ones."""
+        with tensorwire.values_in_place(described, blobs, self.shared) as after:
+            return not same_bits(kept, after)
+
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
         kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
         if kept is None:
@@ -147,15 +154,13 @@ class Referee:
         findings: list[Finding] = []
         try:
             received = self._received(request.output, blobs)
-            # the inputs after the call stay in host memory: compared block by block (same_bits), they need no
-            # second device copy of the inputs beside the kept ones
-            after = (tensorwire.unpack_values(request.inputs_after, blobs, torch.device("cpu"), self.shared)
-                     if request.inputs_after is not None else None)
+            mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs, request.inputs_after,
+                                                                               blobs)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []
-        if after is not None and not same_bits(kept.inputs, after):
+        if mutated:
             findings.append(Finding.of("input-mutation", f"trial {request.index}: the candidate's forward changed "
                                        "its input tensors", stage="check", trial=request.index))
         if request.rule == "kernelbench":

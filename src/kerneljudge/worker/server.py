@@ -231,8 +231,8 @@ class Worker:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
-        if request.return_inputs:  # through host memory (the referee compares them there), so none is held here
-            data["inputs_after"], after_blobs = tensorwire.pack_values(args)
+        if request.return_inputs:  # shared as the output is (the referee compares them where they are), or copied
+            data["inputs_after"], after_blobs = tensorwire.pack_values(args, self._export())
             for meta in data["inputs_after"]:
                 if "blob" in meta:
                     meta["blob"] += len(out_blobs)
