@@ -4,8 +4,10 @@ Through host memory a 64 MiB output costs a device-to-host copy in the worker, a
 host-to-device copy in the referee: about 1 GB/s end to end on the H200 host, the largest item of an
 evaluation's time at KernelBench's sizes (docs/benchmarks.md, sixth session). With CUDA IPC the worker
 keeps the output (a contiguous copy of it where it is not contiguous), waits for the caller's stream, and
-hands over the driver's handle of the allocation holding it; the referee maps that allocation, copies the
-bytes into its own memory at device speed and unmaps it at once.
+hands over the driver's handle of the allocation holding it; the referee maps that allocation (keeping a
+few of the worker's allocations mapped between requests: `Mappings`) and copies the bytes into its own
+memory at device speed, or, for a check trial's inputs after the call, compares them where they lie
+(`viewed`: no second device copy of the inputs).
 
 What it trusts, and what not:
 - Only the worker exports; the referee never hands its own memory to a process that runs candidate code.
