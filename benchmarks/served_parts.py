@@ -52,6 +52,12 @@ def comparison(device: torch.device, repeats: int) -> None:
         extra = (torch.cuda.max_memory_allocated(device) - held) / 2**20 if device.type == "cuda" else float("nan")
         print(f"compare 2048x8192 float32 vs float64, block {block >> 20}M elements: {ms:.2f} ms, "
               f"temporaries {extra:.0f} MiB")
+    compare.CLOSE_BLOCK[device.type] = 1 << 21
+    unwritten = _ms(lambda: compare.unwritten(received, native), repeats, device)
+    if device.type == "cuda":
+        emptied = _ms(lambda: (torch.cuda.empty_cache(), compare.compare(0, received, native, truth, 1e-4, 1e-4)),
+                      repeats, device)
+        print(f"unwritten(): {unwritten:.2f} ms; compare right after torch.cuda.empty_cache(): {emptied:.2f} ms")
 
 
 def _load(path: Path):
@@ -99,6 +105,34 @@ def batches(device: torch.device, repeats: int) -> None:
               f"{calls:.2f} ms; claimed call times {[round(s, 4) for s in samples]}")
 
 
+def setup_parts(device: torch.device) -> None:
+    """What a TimeSetup's TimedModel costs the first time in a process (a worker's or the referee's), part
+    by part: the persisting-L2 reset's lookup, the flusher, the events, the input sets."""
+    problem = load_problem("level2/51", preset=None if device.type == "cuda" else "small", overrides=(),
+                           small_if_builtin=False)
+    module = import_problem(str(problem.path), problem.source, problem.constants)
+    parts = {}
+    started = time.perf_counter()
+    if device.type == "cuda":
+        timing.find_persisting_l2_reset()
+        parts["persisting-L2 lookup"] = time.perf_counter() - started
+        started = time.perf_counter()
+        timing.L2Flusher.for_cuda_device(device)
+        parts["flusher"] = time.perf_counter() - started
+        started = time.perf_counter()
+        timing.cuda_event_timer(device, None, batch=4)
+        parts["events"] = time.perf_counter() - started
+    started = time.perf_counter()
+    [make_inputs(module, s, device) for s in range(4)]
+    synchronize(device)
+    parts["4 input sets"] = time.perf_counter() - started
+    started = time.perf_counter()
+    TimedModel(lambda args: args[0], module, device, [1, 2, 3, 4], "cuda-events", time.perf_counter_ns)
+    synchronize(device)
+    parts["a second TimedModel"] = time.perf_counter() - started
+    print("time setup, first in the process: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in parts.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
@@ -108,6 +142,7 @@ def main() -> None:
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
+    setup_parts(device)
     comparison(device, args.repeats)
     batches(device, args.repeats)
 

@@ -102,7 +102,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "parameters still shift by up to 0.1; buffers no longer change"),
     # --- referee/server.py and session.py -------------------------------------------------------------
     Mutation("referee-input-mutation-unchecked", "referee/server.py",
-             "if after is not None and not same_bits(kept.inputs, after):", "if False:",
+             "            return not same_bits(kept, after)", "            return False",
              (_k(INTEGRITY, "test_input_mutation"),)),
     Mutation("kernelbench-seed-not-42", "stages/check.py",
              'init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")',

@@ -214,63 +214,6 @@ def test_a_shared_description_is_checked_before_the_driver_is_asked():
             deviceshare.copy_shared(description, torch.float32, [4], torch.device("cpu"))
 
 
-class _FakeDriver:
-    """The driver's IPC calls as deviceshare.Mappings makes them, counted (no GPU here): each handle maps a
-    1 MiB allocation, or a 2 GiB one where its first byte is 0xFF."""
-
-    def __init__(self):
-        self.mapped: dict[int, bytes] = {}
-        self.opens = 0
-        self.next_address = 1 << 20
-
-    def open(self, base_ref, handle, flags):
-        self.opens += 1
-        self.next_address += 1 << 32
-        base_ref._obj.value = self.next_address
-        self.mapped[self.next_address] = bytes(handle)
-        return 0
-
-    def close(self, base):
-        del self.mapped[base]
-        return 0
-
-    def allocation_of(self, base):
-        return base, (2 << 30) if self.mapped[base][0] == 0xFF else 1 << 20
-
-
-def test_the_referee_keeps_a_few_of_the_workers_allocations_open_between_copies(monkeypatch):
-    """Opening a handle maps the worker's whole allocation, and its outputs come back in the same few
-    allocations: each is opened once and kept (deviceshare.Mappings), at most KEEP_OPEN of them, the least
-    recently used closed first; a very large one, one whose copy failed, and all of them at the end are
-    closed; `keep=0` (the probe's) closes each one after its copy."""
-    driver = _FakeDriver()
-    monkeypatch.setattr(deviceshare, "_driver", lambda: driver)
-    handle = lambda n: deviceshare._Handle.from_buffer_copy(bytes([n]) * deviceshare.HANDLE_BYTES)  # noqa: E731
-    mappings = deviceshare.Mappings()
-    for _ in range(3):
-        with mappings.mapped(handle(1)) as (base, start, size):
-            assert (start, size) == (base, 1 << 20)
-    assert driver.opens == 1 and len(driver.mapped) == 1
-    for n in range(2, deviceshare.KEEP_OPEN + 2):  # one more than is kept: the first one goes
-        with mappings.mapped(handle(n)):
-            pass
-    assert len(driver.mapped) == deviceshare.KEEP_OPEN
-    assert bytes(handle(1)) not in driver.mapped.values() and bytes(handle(2)) in driver.mapped.values()
-    with mappings.mapped(handle(0xFF)):  # 2 GiB: closed after its copy
-        pass
-    assert bytes(handle(0xFF)) not in driver.mapped.values()
-    with pytest.raises(deviceshare.ShareError):
-        with mappings.mapped(handle(2)):
-            raise deviceshare.ShareError("reaches past the allocation")
-    assert bytes(handle(2)) not in driver.mapped.values() and len(driver.mapped) == deviceshare.KEEP_OPEN - 1
-    mappings.close()
-    assert not driver.mapped
-    once = deviceshare.Mappings(keep=0)
-    with once.mapped(handle(7)):
-        assert len(driver.mapped) == 1
-    assert not driver.mapped
-
-
 def test_the_reference_timed_again_gets_new_values_in_the_same_buffers():
     """The referee times the reference eager more than once an evaluation (calibration, eager, the cross-check's
     rounds): one TimedModel, redrawn (`TimedModel.redraw`): the same buffers, each set now holding its new

@@ -4,10 +4,9 @@ Through host memory a 64 MiB output costs a device-to-host copy in the worker, a
 host-to-device copy in the referee: about 1 GB/s end to end on the H200 host, the largest item of an
 evaluation's time at KernelBench's sizes (docs/benchmarks.md, sixth session). With CUDA IPC the worker
 keeps the output (a contiguous copy of it where it is not contiguous), waits for the caller's stream, and
-hands over the driver's handle of the allocation holding it; the referee maps that allocation (keeping a
-few of the worker's allocations mapped between requests: `Mappings`) and copies the bytes into its own
-memory at device speed, or, for a check trial's inputs after the call, compares them where they lie
-(`viewed`: no second device copy of the inputs).
+hands over the driver's handle of the allocation holding it; the referee maps that allocation, copies the
+bytes into its own memory at device speed (or, for a check trial's inputs after the call, compares them
+where they lie: `viewed`, no second device copy of the inputs) and unmaps it at once.
 
 What it trusts, and what not:
 - Only the worker exports; the referee never hands its own memory to a process that runs candidate code.
@@ -30,7 +29,6 @@ import ctypes
 import functools
 import math
 import re
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -39,8 +37,6 @@ import torch
 HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
 LAZY_ENABLE_PEER_ACCESS = 0x1
 PROBE_ELEMENTS = 4096
-KEEP_OPEN = 4  # a worker's allocations the referee keeps mapped between copies (Mappings) ...
-KEEP_OPEN_BYTES = 1 << 30  # ... each of at most this size
 
 
 class ShareError(ValueError):
@@ -130,58 +126,24 @@ class Exporter:
         return exported
 
 
-class Mappings:
-    """The referee's opened allocations of one worker, kept open between copies. Opening a handle maps the
-    whole allocation into this process (the driver's most expensive step of a crossing), and a worker's
-    outputs come back in the same few allocations of its caching allocator call after call, so each is
-    opened once. A new allocation gets a new handle (the driver's rule, even at a reused address), so an
-    entry never names other memory than it mapped. Bounded: at most `keep` allocations of at most
-    KEEP_OPEN_BYTES each (a larger one is closed after its copy, which costs more than its opening), the
-    least recently used closed first; an allocation the worker frees stays on the device while it is open
-    here, so the bound is also what the referee can keep of the worker's freed memory. `keep=0`: each
-    allocation closed after its copy."""
-
-    def __init__(self, keep: int = KEEP_OPEN):
-        self.keep = keep
-        self.opened: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()  # handle -> (mapped, start, size)
-
-    @contextmanager
-    def mapped(self, handle: _Handle) -> Iterator[tuple[int, int, int]]:
-        """(mapped address, start and size of the allocation mapped) of `handle`, opened unless it is open."""
-        driver, key = _driver(), bytes(handle)
-        entry = self.opened.pop(key, None)
-        if entry is None:
-            base = ctypes.c_uint64()
-            _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
-            try:
-                entry = (base.value, *driver.allocation_of(base.value))
-            except ShareError:
-                driver.close(base.value)
-                raise
-        try:
-            yield entry
-        except BaseException:
-            driver.close(entry[0])
-            raise
-        if entry[2] > KEEP_OPEN_BYTES or not self.keep:
-            driver.close(entry[0])
-            return
-        self.opened[key] = entry
-        while len(self.opened) > self.keep:
-            driver.close(self.opened.popitem(last=False)[1][0])
-
-    def close(self) -> None:
-        while self.opened:
-            _driver().close(self.opened.popitem()[1][0])
+@contextmanager
+def _opened(handle: _Handle) -> Iterator[tuple[int, int, int]]:
+    """(mapped address, start and size of the allocation mapped) of `handle`, closed at the end (opening and
+    closing a handle cost 0.03-0.06 ms each on the H200: nothing is kept open between copies)."""
+    driver, base = _driver(), ctypes.c_uint64()
+    _check(driver.open(ctypes.byref(base), handle, LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
+    try:
+        yield (base.value, *driver.allocation_of(base.value))
+    finally:
+        driver.close(base.value)
 
 
 @contextmanager
-def viewed(description: Any, dtype: torch.dtype, shape: list[int],
-           mappings: Mappings | None = None) -> Iterator[torch.Tensor]:
+def viewed(description: Any, dtype: torch.dtype, shape: list[int]) -> Iterator[torch.Tensor]:
     """The `shape`/`dtype` bytes the described handle maps, as a tensor viewing the worker's memory in place
-    (no copy), valid inside the block, through `mappings` (None: opened for this block alone); ShareError
-    when the description is malformed, the handle does not open or the bytes would reach past the
-    allocation it maps (a shape is the worker's claim: nothing is read before that is known)."""
+    (no copy), valid inside the block (the handle is open for it, and closed once the work queued on it is
+    done); ShareError when the description is malformed, the handle does not open or the bytes would reach
+    past the allocation it maps (a shape is the worker's claim: nothing is read before that is known)."""
     if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
             and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
             and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
@@ -194,7 +156,7 @@ def viewed(description: Any, dtype: torch.dtype, shape: list[int],
         yield torch.empty(shape, dtype=dtype, device=device)
         return
     handle = _Handle.from_buffer_copy(bytes.fromhex(description["handle"]))
-    with (mappings or Mappings(keep=0)).mapped(handle) as (base, start, size):
+    with _opened(handle) as (base, start, size):
         offset = description["offset"]
         if base + offset + nbytes > start + size:
             raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
@@ -207,15 +169,15 @@ def viewed(description: Any, dtype: torch.dtype, shape: list[int],
                 aligned.reshape(-1).view(torch.uint8).copy_(source)
                 yield aligned
         finally:
+            torch.cuda.current_stream().synchronize()  # nothing queued may read the mapping once it is closed
             del source
 
 
-def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device,
-                mappings: Mappings | None = None) -> torch.Tensor:
+def copy_shared(description: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
     """A tensor of the referee's own on `device` (the CPU too) holding the bytes `viewed` names; ShareError as
     there, or when they cannot be read. Nothing is allocated before the bytes are known to lie inside the
     allocation shared."""
-    with viewed(description, dtype, shape, mappings) as source:
+    with viewed(description, dtype, shape) as source:
         target = torch.empty(shape, dtype=dtype, device=device)
         try:
             target.copy_(source)

@@ -155,18 +155,16 @@ def _dtype_shape(meta: Any) -> tuple[torch.dtype, list[int]]:
     return dtype, shape
 
 
-def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
-                  shared: deviceshare.Mappings | None = None) -> torch.Tensor:
-    """The tensor a description names, checked; `shared`: the worker's allocations opened so far, where a
-    CUDA IPC description may be taken (only where the referee opened this worker's probe: otherwise none
-    was agreed, and none is opened)."""
+def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, shared: bool = False) -> torch.Tensor:
+    """The tensor a description names, checked; `shared`: whether a CUDA IPC description may be taken (only
+    where the referee opened this worker's probe: otherwise none was agreed, and none is opened)."""
     dtype, shape = _dtype_shape(meta)
     index = meta.get("blob")
     if "shared" in meta:
-        if shared is None:
+        if not shared:
             raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
         try:
-            return deviceshare.copy_shared(meta["shared"], dtype, shape, device, shared)
+            return deviceshare.copy_shared(meta["shared"], dtype, shape, device)
         except deviceshare.ShareError as exc:
             raise WireError(str(exc)) from None
     if type(index) is not int or not 0 <= index < len(blobs):
@@ -186,13 +184,13 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device,
     return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
-def unpack_values(meta: list, blobs: list, device: torch.device, shared: deviceshare.Mappings | None = None) -> list:
+def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = False) -> list:
     """The inverse of pack_values; raises WireError on anything that is not what it says."""
     return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device, shared) for m in _value_list(meta)]
 
 
 @contextmanager
-def values_in_place(meta: list, blobs: list, shared: deviceshare.Mappings | None) -> Iterator[list]:
+def values_in_place(meta: list, blobs: list, shared: bool) -> Iterator[list]:
     """`unpack_values` for a look that copies nothing it need not: tensors shared as CUDA IPC handles are
     views of the worker's memory where it lies (valid inside the block), the others come to host memory."""
     with ExitStack() as stack:
@@ -201,10 +199,10 @@ def values_in_place(meta: list, blobs: list, shared: deviceshare.Mappings | None
             if _is_value(m):
                 values.append(_plain(m))
             elif isinstance(m, dict) and "shared" in m:
-                if shared is None:
+                if not shared:
                     raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
                 try:
-                    values.append(stack.enter_context(deviceshare.viewed(m["shared"], *_dtype_shape(m), shared)))
+                    values.append(stack.enter_context(deviceshare.viewed(m["shared"], *_dtype_shape(m))))
                 except deviceshare.ShareError as exc:
                     raise WireError(str(exc)) from None
             else:
@@ -233,7 +231,7 @@ def _plain(m: dict) -> Any:
 
 
 def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
-                  shared: deviceshare.Mappings | None = None) -> tuple[str, list[dict], list]:
+                  shared: bool = False) -> tuple[str, list[dict], list]:
     """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
         raise WireError("malformed output description")

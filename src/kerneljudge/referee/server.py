@@ -49,8 +49,7 @@ def _clock_ns() -> int:
 class Referee:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
-        # the worker's allocations opened here: CUDA IPC descriptions are taken only once its probe opened here
-        self.shared: deviceshare.Mappings | None = None
+        self.accepts_shared = False  # CUDA IPC descriptions from the worker: only once its probe opened here
         self.session: RefereeSession | None = None
         self.timed: TimedModel | None = None
         self.timed_eager = False  # whether `timed` times the reference eager (not under torch.compile)
@@ -91,9 +90,7 @@ class Referee:
         if request.share_probe is not None:
             reply["share_refused"] = (deviceshare.check_probe(request.share_probe) if self.device.type == "cuda"
                                       else "not a CUDA device")
-            if self.shared is not None:  # another worker's allocations (a referee that served one before)
-                self.shared.close()
-            self.shared = deviceshare.Mappings() if reply["share_refused"] is None else None
+            self.accepts_shared = reply["share_refused"] is None
         return reply, []
 
     def setup(self, request: protocol.Setup, blobs: list) -> Reply:
@@ -137,14 +134,14 @@ class Referee:
         return {"inputs": meta, "reference": reference}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
-        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.shared)
+        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
         return compare.Received(kind, facts, tensors, str(description.get("type", "")))
 
     def _inputs_changed(self, kept: list, described: list, blobs: list) -> bool:
         """Whether the inputs, as the worker had them after the call, differ from the kept ones: compared block
         by block (same_bits) where they are, in the worker's own device memory (its handles) or in host memory,
         so no second device copy of the inputs is made beside the kept ones."""
-        with tensorwire.values_in_place(described, blobs, self.shared) as after:
+        with tensorwire.values_in_place(described, blobs, self.accepts_shared) as after:
             return not same_bits(kept, after)
 
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
