@@ -51,8 +51,8 @@ for r in json.load(open(sys.argv[1]))["results"]:
           f"{[f.get('details') for f in r['findings'] if f['code']=='side-stream']}")
 PY
   ;;
-profile) step "where the judge's time goes (worker stages in-process under cProfile)"
-  timeout 200 python benchmarks/judge_cost.py level2/51 @cuda ;;
+profile) step "where the judge's time goes (the judge and the referee under cProfile, requests by stage)"
+  timeout 200 python benchmarks/request_trace.py level2/51 src/kerneljudge/suite/solutions/level2/51_*/cuda.py --warm --profile ;;
 cost) step "judge cost: strict eval of the built CUDA solution at full size, warm caches (wall time)"
   TIMEFORMAT="wall %R s"
   for i in 1 2; do time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/cost_$i.json"; done

@@ -19,10 +19,6 @@ from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, 
 from kerneljudge.proc.perturb import Transform, entries, move, perturb
 
 KERNELBENCH_SEED = 42
-# After a float64 run its freed blocks stay in the referee's cache (the next expectation and comparison take
-# them again, instead of the driver's allocations and frees each time) while the device's free memory is at
-# least this many problem footprints; under that they go back to the device, for the worker.
-RELEASE_CACHE_FOOTPRINTS = 4
 
 
 @dataclass
@@ -124,9 +120,8 @@ class RefereeSession:
         if float64 and self.reference64 is not None and self.plan.usable:
             expected64 = self.plan.run(lambda args: self.run(self.reference64, args),
                                        lambda args: self.run(self.reference, args), inputs, expected)
-            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES and \
-                    torch.cuda.mem_get_info(self.device)[0] < RELEASE_CACHE_FOOTPRINTS * self.footprint["total_bytes"]:
-                torch.cuda.empty_cache()
+            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES:
+                torch.cuda.empty_cache()  # the float64 run's freed blocks go back to the device, for the worker
         return Expectation(inputs, expected, expected64)
 
     def set_range(self, transform: Transform | None) -> list[str]:

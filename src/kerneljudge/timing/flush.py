@@ -11,6 +11,7 @@ cache when timing on the host.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import sys
@@ -20,6 +21,7 @@ from kerneljudge.timing.stats import _check_number
 from kerneljudge.timing.timers import _require_current_cuda_device
 
 
+@functools.cache
 def find_persisting_l2_reset() -> tuple[Callable[[], None] | None, str]:
     """Find ``cudaCtxResetPersistingL2Cache``; return ``(fn_or_None, note)``.
 
