@@ -100,6 +100,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "block.mul_(_uniform(block, generator, 0.5, 1.5))", "block.mul_(1.0)",
              (_k(INTEGRITY, "stale_first_call"), _k(KILLS, "cached_from_a_buffer")),
              "parameters still shift by up to 0.1; buffers no longer change"),
+    Mutation("range-plan-entry-not-restored", "referee/ranges.py", "                restore(transform.target)",
+             "                pass", (_k(PROBES, "tanh_gelu"),),
+             "a state entry the range plan moved stays moved in the float64 reference"),
     # --- referee/server.py and session.py -------------------------------------------------------------
     Mutation("referee-input-mutation-unchecked", "referee/server.py",
              "            return not same_bits(kept, after)", "            return False",

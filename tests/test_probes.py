@@ -184,7 +184,10 @@ def test_range_plan_is_bounded_by_its_budget():
 
     ticks = iter(range(1000))
     model, args = Gelu().double(), [torch.rand(8, 4) * 0.1]
-    bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
-    full = ranges.plan(model, args, 1, lambda: 0.0)
+    saved = {name: entry.clone() for name, entry in model.state_dict().items()}
+    restore = lambda name: model.state_dict()[name].copy_(saved[name])  # noqa: E731
+    bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), restore, budget_ms=2500)
+    full = ranges.plan(model, args, 1, lambda: 0.0, restore)
     assert len(bounded["probes"]) < len(full["probes"]) == ranges.MAX_PROBES
     assert full["sites"]["gelu#0"]["probed"] > full["sites"]["gelu#0"]["default"]
+    assert all(torch.equal(entry, saved[name]) for name, entry in model.state_dict().items())  # put back

@@ -96,10 +96,13 @@ def _candidates(model64: torch.nn.Module, args: list, seed: int) -> list[Transfo
 
 
 def plan(model64: torch.nn.Module | None, args: list, seed: int, clock_ms: Callable[[], float],
-         budget_ms: float = PLAN_BUDGET_MS) -> dict:
+         restore: Callable[[str], None], budget_ms: float = PLAN_BUDGET_MS) -> dict:
     """The transforms to probe with (as JSON), chosen greedily by the curved range they add to what the
     default draw covers, and what the default draw and the chosen ones cover (bins per op site). Candidate
-    transforms stop being tried once `budget_ms` has passed (a large float64 model on a CPU)."""
+    transforms stop being tried once `budget_ms` has passed (a large float64 model on a CPU). A state entry
+    is moved in place and put back by `restore(name)` (the referee's: from the native entry the float64
+    one is the copy of, exactly), so no float64 copy of a moved entry is kept beside it (for a Gemm
+    problem's weight that copy was part of the judge's peak: the referee's 1.9 GiB for level2/12 on the H200)."""
     if model64 is None:
         return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}
     args64 = upcast(clone_args(args))
@@ -112,15 +115,12 @@ def plan(model64: torch.nn.Module | None, args: list, seed: int, clock_ms: Calla
         if clock_ms() - started > budget_ms:
             break
         if transform.target in state:
-            entry = state[transform.target]
-            kept = entry.detach().clone()
             with torch.no_grad():
-                entry.mul_(transform.scale).add_(transform.shift)
+                state[transform.target].mul_(transform.scale).add_(transform.shift)
             try:
                 seen = _covered(model64, clone_args(args64))
             finally:
-                with torch.no_grad():
-                    entry.copy_(kept)
+                restore(transform.target)
         else:
             seen = _covered(model64, transform.inputs(clone_args(args64)))
         if seen is None:

@@ -203,7 +203,8 @@ class Referee:
         # that builds float32 tensors itself), nor where it fails on the probe's own draws
         model64 = session.reference64 if session.plan.usable else None
         try:
-            return ranges.plan(model64, inputs, request.seed, lambda: _clock_ns() / 1e6), []
+            return ranges.plan(model64, inputs, request.seed, lambda: _clock_ns() / 1e6,
+                               lambda name: session.refresh64([name])), []
         except RuntimeError as exc:
             why = f"the reference cannot run in float64: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return {"probes": [], "skipped": [why], "sites": {}}, []
