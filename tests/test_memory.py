@@ -255,3 +255,27 @@ def test_the_judges_peak_is_each_processs_peak_beside_what_the_other_holds_then(
     for malformed in ("many", figures(-1, 0), figures(1e12, 0), figures(10**12, 0, device="cpu"), None):
         request(tally, "worker", malformed)  # a worker's claim that is not a byte count of this device: ignored
     assert tally.peak_bytes({}) == 56 and tally.roles() == {"referee", "worker"}
+
+
+@needs_kernelbench
+def test_a_checks_inputs_are_held_for_the_referee_only_where_small_beside_the_problem():
+    """On a GPU a check's inputs after the call go back as handles (held in the worker until its next request)
+    only where they are a small part of the problem's memory: a Gemm's (level2/12: the weight dominates) do,
+    an elementwise problem's (level1/19: inputs are half of it) go through host memory, which keeps the judge's
+    peak for it under 3 footprints (worker/server.shares_inputs)."""
+    import torch
+
+    from kerneljudge.worker.build import import_problem
+    from kerneljudge.worker.server import shares_inputs
+
+    def judged(name: str, **sizes) -> bool:
+        path = next(KERNELBENCH.glob(f"level*/{name}*"))
+        module = import_problem(str(path), path.read_text(), sizes)
+        model = module.Model(*module.get_init_inputs())
+        args = list(module.get_inputs())
+        return shares_inputs(args, model(*args), model.state_dict())
+
+    assert judged("12_Gemm", batch_size=8, in_features=256, out_features=256)
+    assert not judged("19_ReLU", batch_size=4, dim=1024)
+    assert shares_inputs([torch.zeros(300)], torch.zeros(300), {"w": torch.zeros(600)})  # a quarter
+    assert not shares_inputs([torch.zeros(301)], torch.zeros(300), {"w": torch.zeros(600)})
