@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import CANDIDATES, SEED, codes
-from kerneljudge import api, suite
+from kerneljudge import api, isolation, suite
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="these cases need a CUDA device")
 
@@ -100,11 +100,21 @@ def test_a_candidate_past_its_share_of_the_gpus_memory_runs_out_in_its_own_proce
     assert outcome(whole) == ("pass", set()), [(f.code, f.message) for f in whole.findings]
 
 
-def test_an_input_changed_in_place_is_seen_where_the_worker_holds_it(on_gpu):
+def test_an_input_changed_in_place_is_seen_where_the_worker_holds_it(on_gpu, monkeypatch):
     """A check trial's inputs as the worker had them after the call come back as CUDA IPC handles (64 MiB at
-    full size) and are compared where they lie, without a copy (tensorwire.values_in_place): a candidate that
-    writes into its input is `input-mutation` on the GPU as on the CPU (the shipped solution above, whose
-    inputs come back the same way, passes)."""
+    full size, a sixth of the problem's memory) and are compared where they lie, without a copy
+    (tensorwire.values_in_place): a candidate that writes into its input is `input-mutation` on the GPU as on
+    the CPU (the shipped solution above, whose inputs come back the same way, passes)."""
+    shared = []
+    call = isolation.WorkerProcess.call
+
+    def watched(process, request, blobs=(), **kw):
+        reply = call(process, request, blobs, **kw)
+        if request.op == "forward" and reply.get("inputs_after"):
+            shared.append(all("shared" in meta for meta in reply["inputs_after"] if meta.get("t") == "tensor"))
+        return reply
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", watched)
     result = api.evaluate(SEED, CANDIDATES / "integrity" / "input_mutation.py", on_gpu)
     assert "input-mutation" in codes(result), [(f.code, f.message) for f in result.findings]
-    assert result.memory["outputs_cross"] == "cuda-ipc"
+    assert result.memory["outputs_cross"] == "cuda-ipc" and shared and all(shared), shared

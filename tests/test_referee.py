@@ -233,6 +233,32 @@ def test_the_reference_timed_again_gets_new_values_in_the_same_buffers():
     assert len(calls) == 1
 
 
+def test_a_referee_set_up_again_times_the_new_problem():
+    """The reference's timed sets are kept only while the same problem's reference is timed again: a second
+    Setup in one referee process starts afresh (the byte counts are the new problem's)."""
+    from pathlib import Path
+
+    from kerneljudge import protocol
+    from kerneljudge.referee.server import Referee
+
+    kernelbench = Path(__file__).parents[2] / "shared" / "kernelbench"
+    if not (kernelbench / "level1").is_dir():
+        pytest.skip("KernelBench's problems are not in ../shared/kernelbench")
+
+    def problem(name: str, **constants) -> dict:
+        path = next(kernelbench.glob(f"level*/{name}*"))
+        return {"path": str(path), "source": path.read_text(), "constants": constants}
+
+    referee = Referee()
+    referee.setup(protocol.Setup(problem("19_ReLU", batch_size=4, dim=64), 1, 2), [])
+    first, _ = referee.time_setup(protocol.TimeSetup("calibration", [1, 2], "host-clock", describe=True), [])
+    referee.setup(protocol.Setup(problem("12_Gemm", batch_size=8, in_features=32, out_features=16), 1, 2), [])
+    second, _ = referee.time_setup(protocol.TimeSetup("eager", [3, 4], "host-clock", describe=True), [])
+    assert (first["input_bytes"], first["output_bytes"]) == (4 * 64 * 4, 4 * 64 * 4)
+    assert (second["input_bytes"], second["output_bytes"]) == (8 * 32 * 4, 8 * 16 * 4)
+    assert referee.timed.problem is referee.session.problem
+
+
 def test_baselines_are_timed_where_the_candidate_never_ran(fast):
     # row 23: a hook that sleeps 50 ms in every module call that is not the candidate's:
     # the eager reference (~0.3 ms at this size) is timed in the referee, untouched

@@ -11,10 +11,12 @@ where they lie: `viewed`, no second device copy of the inputs) and unmaps it at 
 What it trusts, and what not:
 - Only the worker exports; the referee never hands its own memory to a process that runs candidate code.
 - The handle, the offset and the size are checked: the referee asks the driver for the range it mapped
-  and copies only bytes inside it; a handle that does not open is a malformed reply (`WireError`).
-- The output stays in the candidate's process, held, until the worker's next request, so code the
-  candidate left running could still write into it before the referee copied (a sealed memory file could
-  not be changed after the reply). What that buys is nothing the candidate did not have: its process could
+  and reads only bytes inside it, at an offset aligned to the dtype; a handle that does not open is a
+  malformed reply (`WireError`).
+- The output (and a check's inputs after the call, which the referee reads in place) stays in the
+  candidate's process, held, until the worker's next request, so code the candidate left running could
+  still write into it before the referee read it (a sealed memory file could not be changed after the
+  reply). What that buys is nothing the candidate did not have: its process could
   always send any bytes it liked, a timed call's output is exported after its batch anyway (kept in the
   worker meanwhile), and what bounds lazy or hidden work is the referee's own end-to-end time of each timed
   batch. The judge relays every worker reply to the referee before the worker's next request
@@ -142,8 +144,9 @@ def _opened(handle: _Handle) -> Iterator[tuple[int, int, int]]:
 def viewed(description: Any, dtype: torch.dtype, shape: list[int]) -> Iterator[torch.Tensor]:
     """The `shape`/`dtype` bytes the described handle maps, as a tensor viewing the worker's memory in place
     (no copy), valid inside the block (the handle is open for it, and closed once the work queued on it is
-    done); ShareError when the description is malformed, the handle does not open or the bytes would reach
-    past the allocation it maps (a shape is the worker's claim: nothing is read before that is known)."""
+    done); ShareError when the description is malformed, the handle does not open, the bytes would reach
+    past the allocation it maps or are not aligned to the dtype (a shape and an offset are the worker's
+    claims: nothing is read before they are known to fit)."""
     if not (isinstance(description, dict) and set(description) == {"handle", "offset"}
             and isinstance(description["handle"], str) and re.fullmatch(r"[0-9a-f]{128}", description["handle"])
             and type(description["offset"]) is int and 0 <= description["offset"] < 1 << 48):
@@ -160,14 +163,11 @@ def viewed(description: Any, dtype: torch.dtype, shape: list[int]) -> Iterator[t
         offset = description["offset"]
         if base + offset + nbytes > start + size:
             raise ShareError(f"{nbytes} bytes at offset {offset} reach past the {size}-byte allocation shared")
+        if (base + offset) % item_bytes:  # the allocator's are aligned; a misaligned read faults on the device
+            raise ShareError(f"offset {offset} is not aligned to the {item_bytes}-byte elements of {dtype}")
         source = torch.as_tensor(_Span(base + offset, nbytes), device=device)
         try:
-            if (base + offset) % item_bytes == 0:
-                yield source.view(dtype).reshape(shape)
-            else:  # elements read where they are must be aligned (else a misaligned-address fault on the device)
-                aligned = torch.empty(shape, dtype=dtype, device=device)
-                aligned.reshape(-1).view(torch.uint8).copy_(source)
-                yield aligned
+            yield source.view(dtype).reshape(shape)
         finally:
             torch.cuda.current_stream().synchronize()  # nothing queued may read the mapping once it is closed
             del source

@@ -71,7 +71,7 @@ def take_device(name: str, memory_limit_mb: int | None,
         torch.cuda.set_device(device.index or 0)
         if gpu_memory_share is not None and gpu_memory_share < 1:
             torch.cuda.set_per_process_memory_fraction(gpu_memory_share, device.index or 0)
-        timing.find_persisting_l2_reset()  # the timed calls' L2 reset, looked up now (see there)
+        timing.find_persisting_l2_reset()  # looked up now, before candidate code and measurements (see there)
     else:
         limit_memory(memory_limit_mb)
     return device, None

@@ -35,7 +35,7 @@ def profile_calls(model, args: list, device: torch.device, *, bracket: bool = Fa
     starts during the first spin did not wait for the caller's stream, and work that ends after the
     second spin started was not joined back to it."""
     # torch.autograd.profiler, not torch.profiler: the latter imports torch._inductor on every start
-    # (about 1 s on a CPU and 2.7 s on the H200, measured with benchmarks/judge_cost.py)
+    # (about 1 s on a CPU and 2.7 s on the H200: docs/benchmarks.md, "The judge's own cost")
     from torch.autograd.profiler import profile
 
     on_gpu = device.type == "cuda"

@@ -3,10 +3,10 @@
 `pack` runs where the values are (a snapshot taken at once: the bytes are copied off the device and out
 of the process's reach, into the channel or, for a large tensor, straight from the device into a memory
 file sealed before it is named: `sealed`; or, where the worker was told to share, a large CUDA tensor is
-held and described by its CUDA IPC handle, which the referee copies from at once: `deviceshare`). `unpack` runs
-on the receiving side and
-trusts nothing: every dtype, shape and byte count is checked against the description, and only plain
-numbers, strings, booleans and None come through as non-tensor values (no objects, no pickles).
+held and described by its CUDA IPC handle, which the referee copies from at once, or reads in place for a
+look that keeps nothing: `deviceshare`). `unpack` runs on the receiving side and trusts nothing: every
+dtype, shape and byte count is checked against the description, and only plain numbers, strings, booleans
+and None come through as non-tensor values (no objects, no pickles).
 
 An output is described with its structure (a tensor, a tuple or list of tensors, None, or something
 else) and the facts only its own process can see: whether each tensor is exactly `torch.Tensor`, has real
@@ -184,9 +184,10 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
     return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
-def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = False) -> list:
-    """The inverse of pack_values; raises WireError on anything that is not what it says."""
-    return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device, shared) for m in _value_list(meta)]
+def unpack_values(meta: list, blobs: list, device: torch.device) -> list:
+    """The inverse of pack_values (values the worker is sent, in host memory or the channel); raises WireError
+    on anything that is not what it says."""
+    return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device) for m in _value_list(meta)]
 
 
 @contextmanager

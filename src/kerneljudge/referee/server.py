@@ -97,6 +97,7 @@ class Referee:
         from kerneljudge.worker.build import import_problem
 
         self.baseline_rss_bytes = memory.rss_now_bytes()
+        self.timed, self.timed_eager = None, False  # another problem's timed sets are never reused
         problem = request.problem
         try:
             module = import_problem(problem["path"], problem["source"], problem["constants"])
@@ -232,9 +233,9 @@ class Referee:
                 model = torch.compile(session.reference)
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
-        eager = self.timed is not None and self.timed_eager and request.model != "compile" and \
+        reuse = self.timed is not None and self.timed_eager and request.model != "compile" and \
             self.timed.method == request.method
-        if eager:  # the reference eager again (calibration, eager, the cross-check's rounds): new values only
+        if reuse:  # the reference eager again (calibration, eager, the cross-check's rounds): new values only
             self.timed.redraw(request.set_seeds)
         else:
             self.timed = None  # the last model's input sets and outputs go before the next one's are drawn

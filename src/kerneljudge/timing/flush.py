@@ -33,12 +33,18 @@ def find_persisting_l2_reset() -> tuple[Callable[[], None] | None, str]:
     CUDA runtime library already loaded by torch through ctypes.  The reset
     applies to the runtime's current device.  If nothing is found, the note
     says so and only the buffer write flushes L2.
+
+    Looked up once per process (importing cuda-python's runtime bindings took
+    63 ms on the H200), when the process takes its GPU
+    (``proc/machine.take_device``): outside every measured request, and
+    before any candidate code is imported that could plant a module of that
+    name.  A cuda-python that fails to import in any way counts as absent.
     """
     for modname in ("cuda.bindings.runtime", "cuda.cudart"):
         try:
             mod = __import__(modname, fromlist=["cudaCtxResetPersistingL2Cache"])
             fn = mod.cudaCtxResetPersistingL2Cache
-        except (ImportError, AttributeError):
+        except Exception:  # noqa: BLE001 - not installed, or broken: the next way
             continue
 
         def reset_cuda_python(fn: Any = fn) -> None:

@@ -442,7 +442,8 @@ def shares_inputs(args: list, out, reference_state: dict) -> bool:
     """Whether a check's inputs after the call go back shared: they are at most INPUTS_SHARED_UP_TO of the
     problem's own memory (the reference's state, the inputs, the output)."""
     inputs = memory.tensor_bytes(args)
-    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + memory.tensor_bytes(list(reference_state.values()))
+    state = {t.untyped_storage().data_ptr(): t for t in reference_state.values()}  # an entry tied under two names once
+    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + memory.tensor_bytes(list(state.values()))
     return inputs <= INPUTS_SHARED_UP_TO * own
 
 
