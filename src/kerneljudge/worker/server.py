@@ -21,7 +21,7 @@ import torch
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.inputs import equal_bits, make_inputs, refill, seed_generators
-from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb
+from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -442,8 +442,9 @@ def shares_inputs(args: list, out, reference_state: dict) -> bool:
     """Whether a check's inputs after the call go back shared: they are at most INPUTS_SHARED_UP_TO of the
     problem's own memory (the reference's state, the inputs, the output)."""
     inputs = memory.tensor_bytes(args)
-    state = {t.untyped_storage().data_ptr(): t for t in reference_state.values()}  # an entry tied under two names once
-    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + memory.tensor_bytes(list(state.values()))
+    tied = ties(list(reference_state), list(reference_state.values()))  # an entry tied under two names once
+    state = [t for name, t in reference_state.items() if name not in tied]
+    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + memory.tensor_bytes(state)
     return inputs <= INPUTS_SHARED_UP_TO * own
 
 
