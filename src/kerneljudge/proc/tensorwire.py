@@ -161,12 +161,8 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
     dtype, shape = _dtype_shape(meta)
     index = meta.get("blob")
     if "shared" in meta:
-        if not shared:
-            raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
-        try:
-            return deviceshare.copy_shared(meta["shared"], dtype, shape, device)
-        except deviceshare.ShareError as exc:
-            raise WireError(str(exc)) from None
+        with _share_errors():
+            return deviceshare.copy_shared(_agreed(meta, shared), dtype, shape, device)
     if type(index) is not int or not 0 <= index < len(blobs):
         raise WireError(f"no blob {index!r}")
     data = blobs[index]
@@ -200,15 +196,27 @@ def values_in_place(meta: list, blobs: list, shared: bool) -> Iterator[list]:
             if _is_value(m):
                 values.append(_plain(m))
             elif isinstance(m, dict) and "shared" in m:
-                if not shared:
-                    raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
-                try:
-                    values.append(stack.enter_context(deviceshare.viewed(m["shared"], *_dtype_shape(m))))
-                except deviceshare.ShareError as exc:
-                    raise WireError(str(exc)) from None
+                with _share_errors():
+                    values.append(stack.enter_context(deviceshare.viewed(_agreed(m, shared), *_dtype_shape(m))))
             else:
                 values.append(unpack_tensor(m, blobs, torch.device("cpu")))
         yield values
+
+
+def _agreed(meta: dict, shared: bool) -> Any:
+    """A tensor's CUDA IPC description, where sharing was agreed (else it is malformed: none is opened)."""
+    if not shared:
+        raise WireError("a tensor described as shared CUDA memory where no sharing was agreed")
+    return meta["shared"]
+
+
+@contextmanager
+def _share_errors() -> Iterator[None]:
+    """A shared description the driver or its checks refuse is a malformed reply."""
+    try:
+        yield
+    except deviceshare.ShareError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _value_list(meta: Any) -> list:
