@@ -23,7 +23,7 @@ from pathlib import Path
 from kerneljudge import api, isolation, sealed
 from kerneljudge.options import Options
 
-totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0, 0])
+carried: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])  # bytes inline, sealed, by kind
 durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)  # each request's seconds, by kind
 by_stage: dict[tuple[str, str], list[float]] = collections.defaultdict(list)  # ... by the stage it served
 timeline: list[tuple[float, float, str, str]] = []  # (start, end, role, op) of every request
@@ -43,14 +43,12 @@ def submitted(self, request, blobs=()):
 def collected(self, pending, **kw):
     reply = _collect(self, pending, **kw)
     started, op, blobs = _sent.pop(pending.nonce)
-    timeline.append((started, time.perf_counter(), self.role, op))
-    entry = totals[(self.role, op)]
-    entry[0] += 1
-    entry[1] += time.perf_counter() - started
-    durations[(self.role, op)].append(time.perf_counter() - started)
-    by_stage[(str(self.stage), f"{self.role} {op}")].append(time.perf_counter() - started)
+    ended = time.perf_counter()
+    timeline.append((started, ended, self.role, op))
+    durations[(self.role, op)].append(ended - started)
+    by_stage[(str(self.stage), f"{self.role} {op}")].append(ended - started)
     for b in blobs + list(reply.get("_blobs", [])):
-        entry[3 if isinstance(b, sealed.SealedBlob) else 2] += len(b)
+        carried[(self.role, op)][1 if isinstance(b, sealed.SealedBlob) else 0] += len(b)
     return reply
 
 
@@ -77,7 +75,7 @@ def main() -> None:
             options = options.replace(timing={"baselines": False})
         if args.warm:
             api.evaluate(args.problem, args.solution, options)
-            for kept in (totals, timeline, durations, by_stage):
+            for kept in (carried, timeline, durations, by_stage):
                 kept.clear()
             for old in Path(folder).glob("referee-*.prof"):
                 old.unlink()
@@ -101,12 +99,12 @@ def report(result, started: float, wall_s: float) -> None:
             print(f"  {finding.severity} {finding.code} [{finding.stage}]: {finding.message[:300]}")
     print(f"{'role':8} {'request':18} {'n':>4} {'total ms':>10} {'mean ms':>9} {'median ms':>9} {'max ms':>9} "
           f"{'inline MiB':>11} {'sealed MiB':>11}")
-    for (role, op), (n, seconds, inline, mapped) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        each = sorted(durations[(role, op)])
-        print(f"{role:8} {op:18} {n:4} {1e3 * seconds:10.1f} {1e3 * seconds / n:9.2f} {1e3 * each[len(each) // 2]:9.2f} "
-              f"{1e3 * each[-1]:9.2f} {inline / 2**20:11.1f} {mapped / 2**20:11.1f}")
-    print(f"{'all':8} {'':18} {sum(v[0] for v in totals.values()):4} "
-          f"{1e3 * sum(v[1] for v in totals.values()):10.1f}")
+    for (role, op), each in sorted(durations.items(), key=lambda kv: -sum(kv[1])):
+        each, (inline, mapped) = sorted(each), carried[(role, op)]
+        print(f"{role:8} {op:18} {len(each):4} {1e3 * sum(each):10.1f} {1e3 * sum(each) / len(each):9.2f} "
+              f"{1e3 * each[len(each) // 2]:9.2f} {1e3 * each[-1]:9.2f} {inline / 2**20:11.1f} {mapped / 2**20:11.1f}")
+    print(f"{'all':8} {'':18} {sum(map(len, durations.values())):4} "
+          f"{1e3 * sum(map(sum, durations.values())):10.1f}")
     print_gaps(started, started + wall_s)
     print("by stage: requests (count, total ms, median ms)")
     for stage in dict.fromkeys(stage for stage, _ in by_stage):
