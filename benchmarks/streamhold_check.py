@@ -21,10 +21,13 @@ def main() -> None:
     device = torch.device("cuda", 0)
     torch.zeros(1, device=device)
     cycles = _spin_cycles_per_ms(device)
+    started = time.perf_counter()
     hold = StreamHold.for_device(device, cycles)
-    print(f"spin cycles per ms: {cycles:.0f}; hold: {'available' if hold else 'refused by the driver'}")
+    print(f"spin cycles per ms: {cycles:.0f}; hold: {'available' if hold else 'refused by the driver'} "
+          f"(made in {1e3 * (time.perf_counter() - started):.1f} ms)")
     if hold is None:
         return
+    print(f"release stream: {'the watchdog kernel, watching the word' if hold.watches_word else 'a fixed spin'}")
     behind = torch.cuda.Event()
     assert hold.hold()
     behind.record()
@@ -34,6 +37,12 @@ def main() -> None:
     hold.lift()
     behind.synchronize()
     print(f"queued work waited for the lift: {waiting}; done {1e3 * (time.perf_counter() - started):.3f} ms after it")
+    for _ in range(3):
+        assert hold.hold()
+        hold.lift()
+        started = time.perf_counter()
+        torch.cuda.synchronize()
+        print(f"a device-wide synchronisation right after a lift: {1e3 * (time.perf_counter() - started):.3f} ms")
     assert hold.hold()
     started = time.perf_counter()
     torch.cuda.current_stream().synchronize()  # nobody lifts it: the device does, after RELEASE_MS
