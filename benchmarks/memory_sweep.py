@@ -13,6 +13,10 @@ started but never finished (the process was killed) is recorded as `killed` inst
 GPU, full sizes, one H200, in 10-minute device calls (repeat until it prints `all done`; copy the state
 file back between calls when the machine is fresh):
     python benchmarks/memory_sweep.py --device cuda
+Several sweeps side by side on one GPU (one per level; its memory allows it, and each process's peak is its
+own allocator's, so the figures do not change, but the wall times are longer than alone: with --side-by-side N
+the table marks those rows with *):
+    for level in 1 2 3; do python benchmarks/memory_sweep.py --device cuda --levels $level --side-by-side 3 & done
 CPU, small sizes, a sample of each level:
     python benchmarks/memory_sweep.py --device cpu --small --sample 10 --budget-s 3000
 Both write docs/memory-sweep.md (one table per mode) from the state files in benchmarks/results/; with
@@ -185,7 +189,8 @@ def write_doc() -> None:
                          "measured request by request (3.9x for elementwise); level1/19, 21 and 32 with the eighth "
                          "session's last fixes (3.0x; the sum of the two processes' peaks 3.59x); the others (level1/31, "
                          "36, 76, level2/1-4, level3/35) through host memory. Ninth session (request by request): "
-                         "level1/1-5 again (`--redo`) and level2/5-38. The Gemm/Matmul problems' 7.0-7.7x: a parameter "
+                         "level1/1-5 again (`--redo`) and level2/5-38. Wall times marked * were taken with other sweeps "
+                         "judging on the same GPU at the same time (`--side-by-side`): longer than alone. The Gemm/Matmul problems' 7.0-7.7x: a parameter "
                          "change's temporaries (768 MiB beyond what each process held for a 256 MiB weight) and the "
                          "range plan's float64 copy of a moved weight; the first since reduced (docs/benchmarks.md, "
                          "ninth session).", ""],
@@ -207,7 +212,7 @@ def write_doc() -> None:
             lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes']) if concurrent else '-'} "
                          f"| {gb(r['footprint_bytes'])} "
                          f"| {r['ratio'] if concurrent else '-'} | {_sum_ratio(r)} "
-                         f"| {r['float64'] or '-'} | {r['wall_s']} | "
+                         f"| {r['float64'] or '-'} | {r['wall_s']}{'*' if r.get('side_by_side') else ''} | "
                          f"{r['sizes'] or 'full'} | {why[:160]} |")
         lines.append("")
     DOC.write_text("\n".join(lines))
@@ -229,6 +234,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=180.0, help="per evaluation (budget + timeout < 600 s)")
     parser.add_argument("--redo", action="store_true", help="judge the selected problems again even where the state "
                         "has a row (rows swept with older code; the newest row is the one tabulated)")
+    parser.add_argument("--side-by-side", type=int, default=1, help="for the record: how many sweeps judge on this "
+                        "device at once (their wall times are longer than alone; the table marks them)")
     parser.add_argument("--table-only", action="store_true", help="only write docs/memory-sweep.md from the state")
     parser.add_argument("--kernelbench", type=Path, default=KERNELBENCH, help="the KernelBench problems folder "
                         "(on a device machine, a copy carried into the repository)")
@@ -238,13 +245,13 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     state = RESULTS / f"memory_sweep_{args.device}{'-small' if args.small else ''}.jsonl"
     done, killed = load_state(state)
-    for name in killed:
+    selected = problems([int(x) for x in args.levels.split(",")], args.sample, args.only, args.kernelbench, args.skip)
+    for name in killed & {f"{p.parent.name}/{p.stem}" for p in selected}:  # a sweep beside it marks its own
         append(state, {"problem": name, "verdict": "killed", "codes": ["killed"], "wall_s": None,
                        "message": "the sweep's process was killed while judging it", "judge_peak_bytes": None,
                        "footprint_bytes": None, "ratio": None, "float64": None, "sizes": ""})
         done[name] = {}
-    todo = [p for p in problems([int(x) for x in args.levels.split(",")], args.sample, args.only, args.kernelbench, args.skip)
-            if args.redo or f"{p.parent.name}/{p.stem}" not in done]
+    todo = [p for p in selected if args.redo or f"{p.parent.name}/{p.stem}" not in done]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as folder, WorkerPool(spares=2) as pool:
         pool.fill()
@@ -271,6 +278,8 @@ def main() -> None:
                 entry = row(problem, result, time.monotonic() - t0, overrides)
                 if not (args.small and entry["verdict"] == "error" and "problem-error" in entry["codes"]):
                     break  # sizes that the problem's own code accepts
+            if args.side_by_side > 1:
+                entry["side_by_side"] = args.side_by_side
             append(state, entry)
             print(f"{name:60} {entry['verdict']:5} peak/footprint={entry['ratio']} wall={entry['wall_s']} s "
                   f"{','.join(entry['codes'])} {entry['message'][:100]}", flush=True)

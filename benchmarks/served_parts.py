@@ -1,4 +1,6 @@
 """Where a served level2/51 evaluation's two largest parts go, measured in one process (GPU):
+first, what the reference's first calls in a fresh process cost beside its later ones (float32 and float64:
+the CUDA libraries' set-up, which a spare process could do before its evaluation arrives);
 the referee's comparison of a full-size output (`referee/compare.compare`, per CLOSE_BLOCK size: time and
 temporaries), and one timed batch of a fast candidate in the worker (`proc/timed.TimedModel.batch`:
 whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation).
@@ -105,6 +107,21 @@ def batches(device: torch.device, repeats: int) -> None:
               f"{calls:.2f} ms; claimed call times {[round(s, 4) for s in samples]}")
 
 
+def first_calls(device: torch.device) -> None:
+    """The reference's calls in this fresh process, in float32 then float64: each of the first three timed."""
+    problem = load_problem("level2/51", preset=None if device.type == "cuda" else "small", overrides=(),
+                           small_if_builtin=False)
+    module = import_problem(str(problem.path), problem.source, problem.constants)
+    model = module.Model(*module.get_init_inputs()).to(device)
+    args = make_inputs(module, 1, device)
+    with torch.inference_mode():
+        for dtype in (torch.float32, torch.float64):
+            model, args = model.to(dtype), [a.to(dtype) for a in args]
+            times = [_ms(lambda: model(*args), 1, device) for _ in range(3)]
+            print(f"the reference's first three calls in this process, {dtype}: "
+                  + ", ".join(f"{t:.2f} ms" for t in times))
+
+
 def setup_parts(device: torch.device) -> None:
     """What a TimeSetup's TimedModel costs the first time in a process (a worker's or the referee's), part
     by part: the persisting-L2 reset's lookup, the flusher, the events, the input sets."""
@@ -142,6 +159,7 @@ def main() -> None:
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
+    first_calls(device)
     setup_parts(device)
     comparison(device, args.repeats)
     batches(device, args.repeats)
