@@ -274,6 +274,7 @@ def main() -> None:
     per_gpu = [sum(u) / len(u) for u in zip(*[s[2] for s in waiting if s[2]])]
     utilisation = [sum(s[2]) / len(s[2]) for s in waiting if s[2]]
     bound = 1.2 * max(build_s / (os.cpu_count() or 1), judge_s / lanes)
+    gpus = max(1, lanes // args.lanes_per_gpu)  # lanes sharing a GPU share its hour
     verdicts = {v: sum(line["verdict"] == v for _, line, _ in rows) for v in ("pass", "fail", "error")}
     print()
     print("| candidates | lanes | wall s | per candidate s | candidates/GPU-hour | sum build s | sum judge s | "
@@ -281,7 +282,7 @@ def main() -> None:
           "GPU util while waiting | pass/fail/error |")
     print("|" + "---|" * 13)
     print(f"| {len(rows)} | {lanes} | {wall_s:.1f} | {wall_s / max(1, len(rows)):.2f} | "
-          f"{3600 * len(rows) / (wall_s * lanes):.0f} | {build_s:.1f} | {judge_s:.1f} | {stages_s:.1f} | "
+          f"{3600 * len(rows) / (wall_s * gpus):.0f} | {build_s:.1f} | {judge_s:.1f} | {stages_s:.1f} | "
           f"{wall_s / stages_s:.2f} | {bound:.1f} | {f'{100 * busy:.0f}%' if busy is not None else 'n/a'} | "
           f"{f'{sum(utilisation) / len(utilisation):.0f}%' if utilisation else 'n/a'} | "
           f"{verdicts['pass']}/{verdicts['fail']}/{verdicts['error']} |")

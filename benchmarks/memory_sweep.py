@@ -189,8 +189,11 @@ def write_doc() -> None:
                          "measured request by request (3.9x for elementwise); level1/19, 21 and 32 with the eighth "
                          "session's last fixes (3.0x; the sum of the two processes' peaks 3.59x); the others (level1/31, "
                          "36, 76, level2/1-4, level3/35) through host memory. Ninth session (request by request): "
-                         "level1/1-5 again (`--redo`) and level2/5-38. Wall times marked * were taken with other sweeps "
-                         "judging on the same GPU at the same time (`--side-by-side`): longer than alone. The Gemm/Matmul problems' 7.0-7.7x: a parameter "
+                         "level1/1-5 again (`--redo`) and level2/5-38. Eleventh session: level1/33-45, level2/66-100 "
+                         "and level3/1-38, with other sweeps judging on the same GPU at the same time (`--side-by-side`; "
+                         "their wall times, marked *, are longer than alone). level3/38_LSTMBidirectional ran past the "
+                         "sweep's own limit of 120 s per evaluation (`--timeout-s`; the judge's default is 300 s), its "
+                         "problem lint taking 74 s of it (the float64 LSTM runs without cuDNN). The Gemm/Matmul problems' 7.0-7.7x: a parameter "
                          "change's temporaries (768 MiB beyond what each process held for a 256 MiB weight) and the "
                          "range plan's float64 copy of a moved weight; the first since reduced (docs/benchmarks.md, "
                          "ninth session).", ""],

@@ -1,6 +1,6 @@
 """Where a served level2/51 evaluation's two largest parts go, measured in one process (GPU):
-first, what the reference's first calls in a fresh process cost beside its later ones (float32 and float64:
-the CUDA libraries' set-up, which a spare process could do before its evaluation arrives);
+first, what the reference's first calls in a fresh process cost beside its later ones (float32 and float64),
+after the libraries' set-up that a process makes when it takes its GPU (a spare, before its evaluation);
 the referee's comparison of a full-size output (`referee/compare.compare`, per CLOSE_BLOCK size: time and
 temporaries), and one timed batch of a fast candidate in the worker (`proc/timed.TimedModel.batch`:
 whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation).
@@ -19,6 +19,7 @@ import torch
 
 from kerneljudge import timing
 from kerneljudge.problem import load_problem
+from kerneljudge.proc import machine
 from kerneljudge.proc.inputs import make_inputs, synchronize
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.referee import compare
@@ -108,10 +109,16 @@ def batches(device: torch.device, repeats: int) -> None:
 
 
 def first_calls(device: torch.device) -> None:
-    """The reference's calls in this fresh process, in float32 then float64: each of the first three timed."""
+    """The reference's calls in this fresh process, in float32 then float64, after the set-up a process makes
+    when it takes its GPU: each of the first three timed."""
     problem = load_problem("level2/51", preset=None if device.type == "cuda" else "small", overrides=(),
                            small_if_builtin=False)
     module = import_problem(str(problem.path), problem.source, problem.constants)
+    if device.type == "cuda":
+        started = time.perf_counter()
+        machine.warm_libraries(device)
+        print(f"the libraries' set-up when the process takes its GPU (proc/machine.warm_libraries): "
+              f"{1e3 * (time.perf_counter() - started):.1f} ms")
     model = module.Model(*module.get_init_inputs()).to(device)
     args = make_inputs(module, 1, device)
     with torch.inference_mode():

@@ -57,6 +57,22 @@ def versions() -> dict[str, str]:
     return found
 
 
+def warm_libraries(device: torch.device) -> None:
+    """cuBLAS's set-up (its handle, its workspace, its library's first kernels) done when a process takes its
+    GPU: a spare process (isolation.WorkerPool) takes it before its evaluation arrives, so the reference's
+    first call in the check no longer pays it (H200, level2/51's reference: 404 ms for the first float32 call
+    of a fresh process, 65 ms for the first float64 one, against 6 and 9 ms later; docs/benchmarks.md)."""
+    for dtype in (torch.float32, torch.float64):
+        square = torch.ones(8, 8, dtype=dtype, device=device)
+        square @ square
+    torch.cuda.synchronize(device)
+    # its workspace goes back to the allocator's cache: a problem that never calls cuBLAS does not hold it (the
+    # memory block counts allocated bytes), and one that does takes it again at its first matrix product
+    clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_workspaces is not None:
+        clear_workspaces()
+
+
 def take_device(name: str, memory_limit_mb: int | None,
                 gpu_memory_share: float | None = None) -> tuple[torch.device, str | None]:
     """The device a process is asked to use, made current (CUDA; torch's allocator capped at
@@ -72,6 +88,7 @@ def take_device(name: str, memory_limit_mb: int | None,
         if gpu_memory_share is not None and gpu_memory_share < 1:
             torch.cuda.set_per_process_memory_fraction(gpu_memory_share, device.index or 0)
         timing.find_persisting_l2_reset()  # looked up now, before candidate code and measurements (see there)
+        warm_libraries(device)
     else:
         limit_memory(memory_limit_mb)
     return device, None
