@@ -91,6 +91,16 @@ def test_a_reference_that_misses_the_bound_against_float64_is_the_one_compared_w
     assert all(t.passed and t.compared_to == "native" and t.max_abs_err == 0.0 for t in result.trials)
 
 
+def test_a_candidate_exact_where_the_reference_is_imprecise_passes_against_float64(fast):
+    """The fallback is for candidates that share the reference's rounding: one within the tolerance of the
+    float64 truth passes, though the native reference misses it by about 1e-3."""
+    result = api.check(MUTATION / "imprecise_problem.py", MUTATION / "imprecise_exact.py", trials_only(fast))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert "reference-imprecise" not in codes(result)
+    # float64's own rounding near 1e4 is about 2e-12
+    assert all(t.passed and t.compared_to == "float64" and t.max_abs_err < 1e-9 for t in result.trials)
+
+
 def test_an_exact_reference_is_compared_in_float64(fast):
     result = api.check(TOLERANCE_PROBLEM, MUTATION / "off_by_fraction.py", trials_only(fast))
     assert result.verdict == "pass"
