@@ -16,8 +16,11 @@ TIMING = {"--budget-ms", "--cuda-graph", "--no-baselines", "--no-timing"}
 
 
 def commands(group: click.Group = main, prefix: tuple[str, ...] = ()):
-    """Every command under the main group, subcommands of subgroups included, as (path, command)."""
-    for name, command in group.commands.items():
+    """Every command under the main group, subcommands of subgroups included, as (path, command); those
+    imported only when asked for (cli.LAZY_COMMANDS) too."""
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
         yield (*prefix, name), command
         if isinstance(command, click.Group):
             yield from commands(command, (*prefix, name))

@@ -27,14 +27,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import kerneljudge
-from kerneljudge import api, channel, pipeline, spawn, suite
+from kerneljudge import channel, spawn, suite
 from kerneljudge.errors import KernelJudgeError, UsageError
-from kerneljudge.isolation import WorkerPool
 from kerneljudge.options import VERBS, Options
 from kerneljudge.records import Result
+
+if TYPE_CHECKING:
+    from kerneljudge.isolation import WorkerPool
 
 #: How long the server waits for a connected client's request before hanging up.
 REQUEST_WAIT_S = 30.0
@@ -169,7 +171,11 @@ def _same_user(connection: socket.socket) -> bool:
 # ----------------------------------------------------------------------------------------------- server
 def serve(socket_path: Path, *, spares: int = 1, log: Callable[[str], None] = print) -> None:
     """Answer clients on `socket_path` one at a time until interrupted (the caller turns SIGTERM into
-    SystemExit); the socket file is removed on the way out."""
+    SystemExit); the socket file is removed on the way out. The judge itself is imported here, not with the
+    module, which clients import too (their start is part of each call's wall time)."""
+    from kerneljudge import pipeline
+    from kerneljudge.isolation import WorkerPool
+
     listener = _listen(socket_path)
     state = {"pid": os.getpid(), "identity": identity(), "socket": str(socket_path), "evaluations": 0,
              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -248,6 +254,8 @@ def _reply(request: Any, connection: socket.socket, state: dict[str, Any], pool:
             "waiting; not evaluated")
         return None
     channel.send(connection.fileno(), {"accepted": True})
+    from kerneljudge import api  # already imported by `serve` (pipeline), named here
+
     started = time.monotonic()
     try:
         result = getattr(api, request["verb"])(request["problem"], request["solution"],
