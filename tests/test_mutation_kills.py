@@ -101,6 +101,16 @@ def test_a_candidate_exact_where_the_reference_is_imprecise_passes_against_float
     assert all(t.passed and t.compared_to == "float64" and t.max_abs_err < 1e-9 for t in result.trials)
 
 
+def test_the_truth_is_chosen_output_by_output(fast):
+    """Of two outputs whose reference both round: the exact one passes against float64, the one rounded as
+    the reference rounds passes against the reference; the finding names that output."""
+    result = api.check(MUTATION / "imprecise_pair_problem.py", MUTATION / "imprecise_pair_mixed.py", trials_only(fast))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    imprecise = [f for f in result.findings if f.code == "reference-imprecise"]
+    assert imprecise and all("(output 1)" in f.message for f in imprecise)
+    assert all(t.passed and t.compared_to == "native" for t in result.trials)
+
+
 def test_an_exact_reference_is_compared_in_float64(fast):
     result = api.check(TOLERANCE_PROBLEM, MUTATION / "off_by_fraction.py", trials_only(fast))
     assert result.verdict == "pass"

@@ -1,7 +1,7 @@
 """A reference that loses precision in float32 (like a TF32 matmul or a long half-precision reduction):
 (x + 1e4) - 1e4 rounds x to float32's spacing near 1e4 (about 1e-3), far beyond atol = rtol = 1e-4, while
 its float64 copy returns x exactly. The judge must see that the native reference misses the bound against
-float64 and hold the candidate to the native reference instead."""
+float64 and hold a candidate that misses float64 too to the native reference instead."""
 import torch
 import torch.nn as nn
 
