@@ -210,7 +210,7 @@ def _evaluate_all(verb: str, problem: str, solutions: tuple[str, ...], options: 
 
 
 # Commands written in modules of their own, imported when named (or listed by --help): a `kerneljudge eval`
-# answered by `kerneljudge serve` then imports only what its client needs (0.47-0.51 s -> 0.22-0.25 s of
+# answered by `kerneljudge serve` then imports only what its client needs (0.47-0.51 s -> 0.23-0.27 s of
 # imports, the CPU VM; the client's start is part of every served call's wall time).
 LAZY_COMMANDS = {
     "history": "kerneljudge.cli_agents:history_command",

@@ -1,6 +1,6 @@
 """CLI commands around the results store and the agent interfaces: `history`, `show`, `mcp`, `serve`.
 
-Registered on the main group in cli.py (`main.add_command(history_command)` ...). The store's errors
+Named in cli.py's LAZY_COMMANDS (imported when asked for). The store's errors
 are StoreError (a KernelJudgeError), which the main group turns into a message and exit code 2.
 """
 

@@ -1,5 +1,5 @@
 """`kerneljudge report`: the metrics of a run for people (terminal, HTML) and programs (JSON, CSV), run
-comparisons, and KernelBench results brought in. Registered in cli.py with one `main.add_command`.
+comparisons, and KernelBench results brought in. Named in cli.py's LAZY_COMMANDS.
 
 `kerneljudge report [RUN...]` is the report itself (the `run` subcommand, taken when the first word is no
 subcommand's name); `report list` lists the runs; `report import-kernelbench` records a KernelBench run.

@@ -62,15 +62,20 @@ def warm_libraries(device: torch.device) -> None:
     GPU: a spare process (isolation.WorkerPool) takes it before its evaluation arrives, so the reference's
     first call in the check no longer pays it (H200, level2/51's reference: 404 ms for the first float32 call
     of a fresh process, 65 ms for the first float64 one, against 6 and 9 ms later; docs/benchmarks.md)."""
-    for dtype in (torch.float32, torch.float64):
-        square = torch.ones(8, 8, dtype=dtype, device=device)
-        square @ square
-    torch.cuda.synchronize(device)
-    # its workspace goes back to the allocator's cache: a problem that never calls cuBLAS does not hold it (the
-    # memory block counts allocated bytes), and one that does takes it again at its first matrix product
+    try:
+        for dtype in (torch.float32, torch.float64):
+            square = torch.ones(8, 8, dtype=dtype, device=device)
+            square @ square
+        torch.cuda.synchronize(device)
+    except RuntimeError:  # a set-up only: a problem that needs cuBLAS meets the error itself, in its own stage
+        return
+    # its workspace goes back to the allocator's cache and the peak is forgotten: a problem that never calls
+    # cuBLAS neither holds it nor has it in its memory block (allocated bytes and their peaks), and one that
+    # does takes it again at its first matrix product
     clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear_workspaces is not None:
         clear_workspaces()
+    torch.cuda.reset_peak_memory_stats(device)
 
 
 def take_device(name: str, memory_limit_mb: int | None,

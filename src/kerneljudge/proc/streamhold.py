@@ -29,9 +29,12 @@ import torch
 WAIT_VALUE_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: wait until the word >= the value
 RELEASE_MS = 100.0  # the device lifts a hold itself after this long
 
-# The watchdog, in PTX (the driver compiles it for its GPU in milliseconds; NVRTC took 100-550 ms on the H200):
-#     start = globaltimer; while (*(volatile unsigned*)word < value && globaltimer - start < timeout_us * 1000)
+# The watchdog, in PTX: the driver compiles it for its GPU (106 ms in a fresh process on the H200, NVRTC took
+# 100-550 ms; each worker has a driver cache of its own, so each pays it, when it takes its GPU: `load_watchdog`)
+#     start = globaltimer;
+#     while ((int)(*(volatile unsigned*)word - value) < 0 && globaltimer - start < timeout_us * 1000)
 #         nanosleep(1000);
+# (the word compared with the value as the stream wait's GEQ compares them: cyclically)
 WATCHDOG_PTX = b"""
 .version 7.0
 .target sm_70
@@ -40,7 +43,7 @@ WATCHDOG_PTX = b"""
 .visible .entry kerneljudge_hold_watchdog(.param .u64 word, .param .u32 value, .param .u32 timeout_us)
 {
     .reg .pred lifted, waiting;
-    .reg .b32 seen, wanted, timeout;
+    .reg .b32 seen, wanted, timeout, ahead;
     .reg .b64 address, limit, start, now, elapsed;
 
     ld.param.u64 address, [word];
@@ -50,7 +53,8 @@ WATCHDOG_PTX = b"""
     mov.u64 start, %globaltimer;
 watch:
     ld.volatile.u32 seen, [address];
-    setp.ge.u32 lifted, seen, wanted;
+    sub.s32 ahead, seen, wanted;
+    setp.ge.s32 lifted, ahead, 0;
     @lifted bra done;
     nanosleep.u32 1000;
     mov.u64 now, %globaltimer;
@@ -69,10 +73,14 @@ def _driver() -> ctypes.CDLL:
 
 
 @functools.cache
-def _watchdog_function(device_index: int) -> ctypes.c_void_p | None:
-    """The watchdog kernel, loaded once per process and device into torch's context of that device; None where
-    the driver refuses it (the fixed spin is used then)."""
-    driver = _driver()
+def load_watchdog(device_index: int) -> ctypes.c_void_p | None:
+    """The watchdog kernel, loaded once per process and device into torch's context of that device (the worker
+    does it when it takes its GPU, before its evaluation where it is a spare); None where the driver refuses
+    it (the fixed spin is used then)."""
+    try:
+        driver = _driver()
+    except OSError:
+        return None
     module, function = ctypes.c_void_p(), ctypes.c_void_p()
     with torch.cuda.device(device_index):  # its context current on this thread
         if (driver.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(WATCHDOG_PTX)) != 0
@@ -94,7 +102,7 @@ class StreamHold:
         with torch.cuda.device(device):
             self._word = torch.zeros(1, dtype=torch.int32, pin_memory=True)  # device-visible at the same address
             self._release_stream = torch.cuda.Stream(device)
-        self._watchdog = _watchdog_function(device.index or 0)
+        self._watchdog = load_watchdog(device.index or 0)
         self._release_cycles = int(RELEASE_MS * spin_cycles_per_ms)
         self._value = 0
         self.held = False

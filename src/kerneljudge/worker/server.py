@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from kerneljudge import protocol
-from kerneljudge.proc import deviceshare, machine, memory, tensorwire
+from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
 from kerneljudge.proc.inputs import equal_bits, make_inputs, refill, seed_generators
 from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
@@ -127,6 +127,7 @@ class Worker:
         self.device = device
         probe = None
         if device.type == "cuda":
+            streamhold.load_watchdog(device.index or 0)  # its compilation paid now, not in the timing
             try:
                 self.exporter = deviceshare.Exporter()
                 probe = self.exporter.probe(device)
