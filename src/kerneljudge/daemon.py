@@ -238,6 +238,8 @@ def _answer(connection: socket.socket, state: dict[str, Any], pool: WorkerPool, 
 
 def _reply(request: Any, connection: socket.socket, state: dict[str, Any], pool: WorkerPool,
            log: Callable[[str], None]) -> dict[str, Any] | None:
+    from kerneljudge import api  # the server's own (`serve` imported the judge already); not the clients'
+
     if not isinstance(request, dict):
         return {"usage_error": "the judge server takes a JSON object"}
     if request.get("op") == "status":
@@ -254,8 +256,6 @@ def _reply(request: Any, connection: socket.socket, state: dict[str, Any], pool:
             "waiting; not evaluated")
         return None
     channel.send(connection.fileno(), {"accepted": True})
-    from kerneljudge import api  # already imported by `serve` (pipeline), named here
-
     started = time.monotonic()
     try:
         result = getattr(api, request["verb"])(request["problem"], request["solution"],
