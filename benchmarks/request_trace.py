@@ -36,7 +36,8 @@ PROFILE_LINES = 40
 def submitted(self, request, blobs=()):
     started = time.perf_counter()
     pending = _submit(self, request, blobs)
-    _sent[pending.nonce] = (started, request.op, list(blobs))
+    what = getattr(request, "what", None)  # an observed call's kind (threads, trace, repeat, streams)
+    _sent[pending.nonce] = (started, request.op + (f":{what}" if isinstance(what, str) else ""), list(blobs))
     return pending
 
 

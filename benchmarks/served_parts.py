@@ -3,7 +3,8 @@ first, what the reference's first calls in a fresh process cost beside its later
 after the libraries' set-up that a process makes when it takes its GPU (a spare, before its evaluation);
 the referee's comparison of a full-size output (`referee/compare.compare`, per CLOSE_BLOCK size: time and
 temporaries), and one timed batch of a fast candidate in the worker (`proc/timed.TimedModel.batch`:
-whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation).
+whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation); a large
+tensor's way into a sealed memory file and out of it.
 
     PYTHONPATH=src python benchmarks/served_parts.py [--device cuda] [--repeats 30]
 """
@@ -11,6 +12,7 @@ whole batch, then its parts: the refills' draws, the flushes, the calls, the syn
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import time
 from pathlib import Path
@@ -157,6 +159,30 @@ def setup_parts(device: torch.device) -> None:
     print("time setup, first in the process: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in parts.items()))
 
 
+def packing(device: torch.device, repeats: int) -> None:
+    """A large tensor of the device into a sealed memory file, as the referee sends the problem's state and the
+    worker an output that is not shared (`tensorwire._bytes_of`), against the ways it could be done instead:
+    through pageable host memory (`.cpu()`) or a pinned buffer, then pwrite; and the receiving side
+    (`unpack_tensor`: map, copy to the device)."""
+    from kerneljudge import sealed
+    from kerneljudge.proc import tensorwire
+    for mib in (64, 256):
+        t = torch.randn(mib << 18, device=device)
+        pinned = torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda")
+        def written(host: torch.Tensor) -> None:  # `host` stays alive while its bytes are written
+            sealed.write_bytes(memoryview((ctypes.c_char * (host.numel() * 4)).from_address(host.data_ptr()))
+                               .cast("B")).close()
+
+        ways = {"_bytes_of (mapping, device to host)": lambda: tensorwire._bytes_of(t).close(),
+                ".cpu() then pwrite": lambda: written(t.cpu()),
+                "pinned copy then pwrite": lambda: written(pinned.copy_(t))}
+        figures = {name: _ms(way, repeats, device) for name, way in ways.items()}
+        blob = tensorwire._bytes_of(t)
+        meta = {"t": "tensor", "dtype": "float32", "shape": list(t.shape), "blob": 0}
+        figures["unpack to the device"] = _ms(lambda: tensorwire.unpack_tensor(meta, [blob], device), repeats, device)
+        print(f"{mib} MiB into a sealed file: " + ", ".join(f"{k} {v:.1f} ms" for k, v in figures.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
@@ -170,6 +196,7 @@ def main() -> None:
     setup_parts(device)
     comparison(device, args.repeats)
     batches(device, args.repeats)
+    packing(device, min(args.repeats, 7))
 
 
 if __name__ == "__main__":

@@ -131,6 +131,31 @@ def get_init_inputs():
 """
 
 
+BUILT_FROM_THE_PROCESS = """import os
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        torch.manual_seed(os.getpid())  # the constructor draws from its own seed, not the judge's
+        self.w = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
 def honest_pass(options, folder, source: str):
     """The problem `source` judged with itself as the candidate (Model renamed ModelNew): it passes."""
     problem, honest = folder / "problem.py", folder / "honest.py"
@@ -146,6 +171,15 @@ def test_a_reference_that_changes_its_own_state_gets_its_entries_sent(fast, tmp_
     # the fingerprints differ, and the referee's entries are sent instead, so the honest candidate passes
     result = honest_pass(fast, tmp_path, CLAMPS_ITSELF)
     assert result.probes["parameter_changes_sent"] >= 1
+
+
+def test_the_worker_builds_the_references_state_itself_unless_it_comes_out_otherwise(fast, tmp_path):
+    # the worker builds its copy of the reference's state from the run's seeds (nothing sent) ...
+    assert "reference_state_sent" not in honest_pass(fast, tmp_path, TIED).probes
+    # ... where its build differs from the referee's (a constructor seeded by its process id), the fingerprints
+    # say so and ModelNew is built again with the referee's state sent: the honest candidate passes
+    result = honest_pass(fast, tmp_path, BUILT_FROM_THE_PROCESS)
+    assert result.probes["reference_state_sent"] is True
 
 
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):

@@ -141,7 +141,8 @@ class Estimate(Request):
 @dataclass(frozen=True)
 class Setup(Request):
     """Import the problem (never the candidate), build the reference from `init_seed` (KernelBench's seed
-    42 under its protocol) and its float64 copy. Reply: state (blobs), float64, stochastic, draws_alike."""
+    42 under its protocol) and its float64 copy. Reply: its state's entry names, their fingerprint, which
+    are parameters and which are tied, float64 (the state itself only on request: StateOf)."""
     op: ClassVar[str] = "setup"
     problem: dict[str, Any]
     init_seed: int
@@ -315,8 +316,10 @@ class CompileOnly(Request):
 @request
 @dataclass(frozen=True)
 class Construct(Request):
-    """ModelNew(*get_init_inputs()) with the generators seeded by `init_seed`; the reference's state
-    (blobs, `state`) is loaded into it unless `state` is None (KernelBench's protocol)."""
+    """ModelNew(*get_init_inputs()) with the generators seeded by `init_seed`, and the reference's state
+    loaded into it: the one sent (blobs, `state`), or with `derive` the worker's own build of the reference
+    from the same seeds (proc/inputs.build_reference; reply: its fingerprint, or none where it could not be
+    built), or none at all (KernelBench's protocol)."""
     op: ClassVar[str] = "construct"
     init_seed: int
     init_inputs_seed: int
@@ -325,6 +328,7 @@ class Construct(Request):
     call_seed: int | None = None  # the generators are seeded with it before every candidate call (proc/rng)
     parameters: list[str] | None = None  # which of `names` are parameters (the probes change them: proc/perturb)
     tied: dict[str, str] | None = None  # entries that are the tensor of an earlier entry (proc/perturb.ties)
+    derive: bool = False
 
 
 @request

@@ -36,6 +36,8 @@ from typing import Any, Iterator
 
 import torch
 
+from kerneljudge.proc import cudadriver
+
 HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
 LAZY_ENABLE_PEER_ACCESS = 0x1
 PROBE_ELEMENTS = 4096
@@ -54,19 +56,15 @@ class _Driver:
 
     def __init__(self) -> None:
         try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            self.get_handle = lib.cuIpcGetMemHandle
-            self.open = getattr(lib, "cuIpcOpenMemHandle_v2", None) or lib.cuIpcOpenMemHandle
-            self.close = lib.cuIpcCloseMemHandle
-            self.range = getattr(lib, "cuMemGetAddressRange_v2", None) or lib.cuMemGetAddressRange
+            lib = cudadriver.libcuda()
+            self.get_handle = cudadriver.entry(lib, "cuIpcGetMemHandle", [ctypes.POINTER(_Handle), ctypes.c_uint64])
+            self.open = cudadriver.entry(lib, "cuIpcOpenMemHandle", [ctypes.POINTER(ctypes.c_uint64), _Handle,
+                                                                      ctypes.c_uint])
+            self.close = cudadriver.entry(lib, "cuIpcCloseMemHandle", [ctypes.c_uint64])
+            self.range = cudadriver.entry(lib, "cuMemGetAddressRange", [ctypes.POINTER(ctypes.c_uint64),
+                                                                         ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64])
         except (OSError, AttributeError) as exc:
             raise ShareError(f"the CUDA driver's IPC calls are not available: {exc}") from None
-        self.get_handle.argtypes = [ctypes.POINTER(_Handle), ctypes.c_uint64]
-        self.open.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
-        self.close.argtypes = [ctypes.c_uint64]
-        self.range.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
-        for fn in (self.get_handle, self.open, self.close, self.range):
-            fn.restype = ctypes.c_int
 
     def allocation_of(self, pointer: int) -> tuple[int, int]:
         """(base, size) of the device allocation holding `pointer`."""

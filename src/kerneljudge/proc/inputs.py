@@ -1,8 +1,11 @@
-"""Drawing a problem's inputs from a seed, the same way in the referee and in the worker.
+"""Drawing a problem's inputs, and building its reference model, from a seed, the same way in the referee
+and in the worker.
 
 Both processes run the problem's own `get_inputs()` under the same seed on the same device, so a seed is
 enough to name an input set; the referee checks once that the problem draws deterministically (`draws_alike`)
-before the judge relies on that.
+before the judge relies on that. Likewise the reference built from the run's init seed: the worker builds
+its own copy of the reference's state (what ModelNew is loaded with, and what the probes change alike in
+both processes) instead of being sent it, and the judge compares the two processes' fingerprints of it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,20 @@ def seed_generators(seed: int, device: torch.device) -> None:
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.default_generators[device.index or 0].manual_seed(seed)
+
+
+def build_reference(problem, device: torch.device, init_seed: int, init_inputs_seed: int,
+                    kernelbench: bool) -> tuple[torch.nn.Module, list]:
+    """The problem's `Model(*get_init_inputs())` from the run's seeds, and those init inputs: parameters
+    created on the device (KernelBench's protocol: constructed, then moved, as its own eval does)."""
+    seed_generators(init_inputs_seed, device)
+    init_inputs = list(problem.get_init_inputs())
+    seed_generators(init_seed, device)
+    if kernelbench:
+        return problem.Model(*copy.deepcopy(init_inputs)).to(device), init_inputs
+    with torch.device(device):
+        reference = problem.Model(*copy.deepcopy(init_inputs))
+    return reference.to(device), init_inputs
 
 
 def make_inputs(problem, seed: int, device: torch.device) -> list:

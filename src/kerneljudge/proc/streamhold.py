@@ -26,6 +26,8 @@ import functools
 
 import torch
 
+from kerneljudge.proc import cudadriver
+
 WAIT_VALUE_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: wait until the word >= the value
 RELEASE_MS = 100.0  # the device lifts a hold itself after this long
 
@@ -68,17 +70,12 @@ done:
 
 
 @functools.cache
-def _driver() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
-
-
-@functools.cache
 def load_watchdog(device_index: int) -> ctypes.c_void_p | None:
     """The watchdog kernel, loaded once per process and device into torch's context of that device (the worker
     does it when it takes its GPU, before its evaluation where it is a spare); None where the driver refuses
     it (the fixed spin is used then)."""
     try:
-        driver = _driver()
+        driver = cudadriver.libcuda()
     except OSError:
         return None
     module, function = ctypes.c_void_p(), ctypes.c_void_p()
@@ -91,11 +88,9 @@ def load_watchdog(device_index: int) -> ctypes.c_void_p | None:
 
 class StreamHold:
     def __init__(self, device: torch.device, driver: ctypes.CDLL, spin_cycles_per_ms: float):
-        self._wait = getattr(driver, "cuStreamWaitValue32_v2", None) or driver.cuStreamWaitValue32
-        self._write = getattr(driver, "cuStreamWriteValue32_v2", None) or driver.cuStreamWriteValue32
-        for fn in (self._wait, self._write):
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
-            fn.restype = ctypes.c_int
+        memory_op = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self._wait = cudadriver.entry(driver, "cuStreamWaitValue32", memory_op)
+        self._write = cudadriver.entry(driver, "cuStreamWriteValue32", memory_op)
         self._launch = driver.cuLaunchKernel
         self._launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         self._launch.restype = ctypes.c_int
@@ -112,7 +107,7 @@ class StreamHold:
         """A hold for `device`; None without the driver's stream memory operations (and `hold` answers False
         where the driver refuses them)."""
         try:
-            return cls(device, _driver(), spin_cycles_per_ms)
+            return cls(device, cudadriver.libcuda(), spin_cycles_per_ms)
         except (OSError, AttributeError):
             return None
 

@@ -37,6 +37,10 @@ aten::_local_scalar_dense aten::result_type aten::numpy_T aten::permute aten::fl
 aten::split aten::chunk aten::narrow aten::ones aten::ones_like aten::full aten::new_empty aten::set_
 """.split())
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
+# The quick measurement beside a cached figure (which it only has to be within a factor of 2 of) copies a quarter
+# as much: its 2 GiB of buffers made the timing stage's peak, and so the served level2/51's judge peak (8.8x
+# its footprint on the H200), for a check that 512 MiB, still ten times the L2 cache, makes as well.
+QUICK_BANDWIDTH_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 FULL_BANDWIDTH = timing.StopRule(min_runs=10, max_runs=200, min_time_ms=50, budget_ms=1000, target_rel_sem=0.01)
 QUICK_BANDWIDTH = timing.StopRule(min_runs=3, max_runs=10, min_time_ms=0, budget_ms=100, target_rel_sem=0.05)
 Reply = tuple[dict[str, Any], list]  # JSON data and blobs
@@ -112,13 +116,13 @@ class Referee:
             return {"findings": [classify(exc, stage="check", code="problem-error",
                                           what="Model(*get_init_inputs())").finding.to_json()]}, []
         names, tensors = self.session.state()
-        meta, state_blobs = tensorwire.pack_values(tensors)
-        data = {"names": names, "state": meta, "float64": self.session.reference64 is not None,
+        data = {"names": names, "fingerprint": fingerprint(dict(zip(names, tensors)), names),
+                "float64": self.session.reference64 is not None,
                 "parameters": [n for n, _ in self.session.reference.named_parameters()], "tied": ties(names, tensors)}
         if request.kernelbench:
             torch.manual_seed(KERNELBENCH_SEED)
             data["trial_seeds"] = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(64)]
-        return data, state_blobs
+        return data, []
 
     def make_inputs(self, request: protocol.MakeInputs, blobs: list) -> Reply:
         try:
@@ -280,8 +284,8 @@ class Referee:
             timer = timing.cuda_event_timer(self.device, timing.L2Flusher.for_cuda_device(self.device))
         else:
             timer = timing.HostTimer(_clock_ns, flush=timing.CpuCacheFlusher())
-        stop = QUICK_BANDWIDTH if request.quick else FULL_BANDWIDTH
-        gbps = timing.measure_copy_bandwidth(self.device, BANDWIDTH_BYTES[self.device.type], timer=timer, stop=stop,
+        stop, size = (QUICK_BANDWIDTH, QUICK_BANDWIDTH_BYTES) if request.quick else (FULL_BANDWIDTH, BANDWIDTH_BYTES)
+        gbps = timing.measure_copy_bandwidth(self.device, size[self.device.type], timer=timer, stop=stop,
                                              wall_clock_ms=lambda: _clock_ns() / 1e6)
         return {"gbps": gbps}, []
 

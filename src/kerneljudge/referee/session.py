@@ -13,12 +13,16 @@ from typing import Any
 
 import torch
 
-from kerneljudge.proc.inputs import clone_args, make_inputs, seed_generators, synchronize
+from kerneljudge.proc.inputs import build_reference, clone_args, make_inputs, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
 from kerneljudge.proc.perturb import Transform, entries, move, perturb
 
 KERNELBENCH_SEED = 42
+# The float64 run's freed blocks go back to the device (for the worker, which shares it) only where the device's
+# free memory is under this many times what the problem and that run take: emptying the cache after every draw
+# made each later run allocate afresh (level2/51 on an H200, with 140 GB free for a 0.4 GB problem).
+RELEASE_BELOW_FACTOR = 4
 
 
 @dataclass
@@ -50,15 +54,7 @@ class RefereeSession:
               float64_budget_bytes: int | None = None) -> "RefereeSession":
         """The reference from `init_seed` (parameters created on the device), and its float64 copy.
         `call_seed`: the generators are seeded with it before every reference call (see proc/rng)."""
-        seed_generators(init_inputs_seed, device)
-        init_inputs = list(problem.get_init_inputs())
-        seed_generators(init_seed, device)
-        if kernelbench:  # as KernelBench's eval: seed 42, construct, move
-            reference = problem.Model(*copy.deepcopy(init_inputs)).to(device)
-        else:
-            with torch.device(device):
-                reference = problem.Model(*copy.deepcopy(init_inputs))
-            reference = reference.to(device)
+        reference, _ = build_reference(problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
         plan = Float64Plan(device, float64_budget_bytes)
         try:
@@ -120,8 +116,10 @@ class RefereeSession:
         if float64 and self.reference64 is not None and self.plan.usable:
             expected64 = self.plan.run(lambda args: self.run(self.reference64, args),
                                        lambda args: self.run(self.reference, args), inputs, expected)
-            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES:
-                torch.cuda.empty_cache()  # the float64 run's freed blocks go back to the device, for the worker
+            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES and \
+                    torch.cuda.mem_get_info(self.device)[0] < RELEASE_BELOW_FACTOR * (
+                        self.footprint["total_bytes"] + self.plan.need):
+                torch.cuda.empty_cache()
         return Expectation(inputs, expected, expected64)
 
     def set_range(self, transform: Transform | None) -> list[str]:

@@ -1,8 +1,9 @@
 """Stage "check": ModelNew built with the reference's parameters, then N correctness trials.
 
 Strict protocol (the default): the referee builds the reference from the run's init seed; the worker
-builds ModelNew from the same seed and loads the reference's state dict (relayed as data; extra candidate
-buffers allowed). Each trial: the referee draws fresh inputs from the trial's own seed and computes the
+builds its own copy of the reference from the same seeds (its fingerprint held against the referee's; the
+referee's state is sent where they differ), then ModelNew from the same seed, and loads the reference's
+state dict into it (extra candidate buffers allowed). Each trial: the referee draws fresh inputs from the trial's own seed and computes the
 reference's outputs (native and float64); the worker runs the candidate on a copy, on memory it poisoned
 first, and hands back the output and its inputs as they were after the call; the referee compares.
 KernelBench's protocol (`--protocol kernelbench`) is reproduced the same way: seed 42 before each
@@ -18,7 +19,7 @@ from kerneljudge import protocol
 from kerneljudge.isolation import Pending
 from kerneljudge.records import Finding, Trial
 from kerneljudge.seeds import derive_seed
-from kerneljudge.stages.context import Judging, StageEnded
+from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
 
 STAGE = "check"
 KERNELBENCH_SEED = 42
@@ -54,10 +55,19 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
         ready = j.take(j.referee.collect(started.pending), STAGE)
-        state = None if started.kernelbench else ready["state"]
-        j.take(j.worker.call(protocol.Construct(started.init_seed, started.init_inputs_seed, state, ready["names"],
-                                                started.call_seed, ready.get("parameters"), ready.get("tied")),
-                             ready["_blobs"]), STAGE)
+
+        def construct(state: dict[str, Any] | None, derive: bool) -> dict[str, Any]:
+            request = protocol.Construct(started.init_seed, started.init_inputs_seed, state and state["state"],
+                                         state["names"] if state else ready["names"], started.call_seed,
+                                         ready.get("parameters"), ready.get("tied"), derive)
+            return j.take(j.worker.call(request, state["_blobs"] if state else []), STAGE)
+
+        built = construct(None, derive=not started.kernelbench)
+        if not started.kernelbench and not fingerprints_agree(built, ready["fingerprint"]):
+            # the worker's own build of the reference differs (a constructor that depends on the process, or
+            # draws from elsewhere than the seeded generators): ModelNew again, with the referee's state sent
+            j.info["reference_state_sent"] = True
+            construct(j.take(j.referee.call(protocol.StateOf(ready["names"])), STAGE), derive=False)
     except StageEnded:
         return None
     return ready

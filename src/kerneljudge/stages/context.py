@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,8 @@ from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options
 from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Finding, Trial
+
+FINGERPRINT_TOLERANCE = 1e-9  # the same values (or the same change of them) sum alike: only rounding may differ
 
 
 class StageEnded(Exception):
@@ -96,6 +99,15 @@ class Judging:
         if "trial" not in answer:  # a malformed output: the referee's findings say why
             return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0
         return Trial.from_json(answer["trial"]), findings, int(answer.get("unwritten", 0))
+
+
+def fingerprints_agree(reply: dict, fingerprint: list[float]) -> bool:
+    """Whether a worker's reply carries `fingerprint` (the referee's, of the same state entries:
+    proc/perturb.fingerprint), to FINGERPRINT_TOLERANCE."""
+    theirs = reply.get("fingerprint")
+    return isinstance(theirs, list) and len(theirs) == len(fingerprint) and all(
+        math.isclose(protocol.number(v, "fingerprint"), o, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
+        for v, o in zip(theirs, fingerprint))
 
 
 def _finding(data: Any, stage: str) -> Finding:

@@ -11,7 +11,6 @@ is no better than silence (README: what the judge trusts).
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -19,7 +18,7 @@ from typing import Callable
 from kerneljudge import protocol
 from kerneljudge.records import Finding
 from kerneljudge.seeds import derive_seed
-from kerneljudge.stages.context import Judging, StageEnded
+from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
 
 STAGE = "probe"
 
@@ -184,7 +183,6 @@ def probe_refilled_inputs(j: Judging) -> list[Finding]:
 CHANGES = {"in-place": "changed in place", "replace": "replaced by new objects",
            "state-dict": "loaded back through a state-dict round trip"}
 MAX_ALONE = 6  # entries changed one at a time per way of changing; beyond it a secret sample (bounded cost)
-FINGERPRINT_TOLERANCE = 1e-9  # the same change on the same values sums alike: only rounding may differ
 
 
 def _change(j: Judging, label: str, names: list[str] | None, how: str) -> str | None:
@@ -289,24 +287,16 @@ def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> boo
         return False
     ours = [protocol.number(v, "fingerprint") for v in done.get("fingerprint", [])]
     how = change.how if isinstance(change, protocol.Perturb) else "in-place"
-    if _same(j.take(j.worker.call(change), STAGE), ours):
+    if fingerprints_agree(j.take(j.worker.call(change), STAGE), ours):
         return True
     j.info["parameter_changes_sent"] = j.info.get("parameter_changes_sent", 0) + 1
     state = j.take(j.referee.call(protocol.StateOf(names)), STAGE)
     synced = j.take(j.worker.call(protocol.SyncState(state["names"], state["state"], how), state["_blobs"]), STAGE)
-    if not _same(synced, ours):
+    if not fingerprints_agree(synced, ours):
         j.findings.append(Finding.of("tampering", "the worker's process reported other values of the reference's "
                                      "parameters than it was sent", stage=STAGE))
         raise StageEnded()
     return True
-
-
-def _same(reply: dict, fingerprint: list[float]) -> bool:
-    """Whether a worker's reply carries `fingerprint` (the referee's), to FINGERPRINT_TOLERANCE."""
-    theirs = reply.get("fingerprint")
-    return isinstance(theirs, list) and len(theirs) == len(fingerprint) and all(
-        math.isclose(protocol.number(v, "fingerprint"), o, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
-        for v, o in zip(theirs, fingerprint))
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
 import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
-from kerneljudge.proc.inputs import equal_bits, make_inputs, refill, seed_generators
+from kerneljudge.proc.inputs import build_reference, equal_bits, make_inputs, refill, seed_generators
 from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
@@ -128,6 +129,7 @@ class Worker:
         probe = None
         if device.type == "cuda":
             streamhold.load_watchdog(device.index or 0)  # its compilation paid now, not in the timing
+            build.preload_toolchain()
             try:
                 self.exporter = deviceshare.Exporter()
                 probe = self.exporter.probe(device)
@@ -176,15 +178,23 @@ class Worker:
         return _reply(notices, build=info.to_json())
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
-        """ModelNew from the same seed as the reference, then the reference's state loaded into it."""
+        """ModelNew from the same seed as the reference, then the reference's state loaded into it: as sent,
+        or (`derive`) as this process builds it from the same seeds, whose fingerprint the reply carries."""
         self.baseline_rss_bytes = memory.rss_now_bytes()
         session = self.session
+        names = request.names or []
+        if request.state is not None:
+            state = dict(zip(names, tensorwire.unpack_values(request.state, blobs, self.device)))
+        elif request.derive:
+            state = _derived_state(session.loaded.problem, self.device, request, names)
+        else:  # KernelBench's protocol: no state loaded
+            state = None
         seed_generators(request.init_inputs_seed, self.device)
         init_inputs = list(session.loaded.problem.get_init_inputs())
         seed_generators(request.init_seed, self.device)
 
         def make():
-            if request.state is None:  # KernelBench: construct, then move
+            if not request.derive and request.state is None:  # KernelBench: construct, then move
                 return session.loaded.model_new(*copy.deepcopy(init_inputs)).to(self.device)
             with torch.device(self.device):  # parameters are initialised where they will live
                 return session.loaded.model_new(*copy.deepcopy(init_inputs))
@@ -194,8 +204,7 @@ class Worker:
         if made.failure:
             return _reply([made.failure.finding], poisoned=made.failure.poisoned)
         candidate = made.value
-        if request.state is not None:
-            state = dict(zip(request.names or [], tensorwire.unpack_values(request.state, blobs, self.device)))
+        if state is not None:
             for name, first in (request.tied or {}).items():  # one tensor under two names, as in the reference
                 if name in state and first in state:
                     state[name] = state[first]
@@ -209,7 +218,7 @@ class Worker:
             return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
         session.candidate = moved.value
         session.seeding = CallSeeding(request.call_seed, self.device)
-        return _reply([])
+        return _reply([], fingerprint=fingerprint(state, names) if request.derive and state is not None else None)
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
@@ -329,8 +338,6 @@ class Worker:
 
     def _threads(self, draw: Callable[[], list]) -> Reply:
         """Threads or processes the call started that are still running after it returned."""
-        import psutil
-
         me = psutil.Process()
         warm_args = draw()  # kept while the next draw is made: the two calls never share an address
         warm = self._call(warm_args, "ModelNew.forward (probe threads)", "probe")  # runtime pools start here
@@ -470,6 +477,18 @@ def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
             break
         free -= n
     del blocks
+
+
+def _derived_state(problem, device: torch.device, request: protocol.Construct, names: list[str]) -> dict | None:
+    """The reference's state as this process builds it from the run's seeds (proc/inputs.build_reference),
+    with the entries the referee named; None where it cannot be built here or lacks one of them (the judge
+    then sends the referee's)."""
+    try:
+        reference, _ = build_reference(problem, device, request.init_seed, request.init_inputs_seed, kernelbench=False)
+    except Exception:  # noqa: BLE001 - the problem's code: the referee built it, and its state is sent instead
+        return None
+    built = reference.state_dict()
+    return {name: built[name] for name in names} if all(name in built for name in names) else None
 
 
 def _load_state(candidate, reference_state: dict) -> Finding | None:
