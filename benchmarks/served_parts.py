@@ -160,8 +160,8 @@ def setup_parts(device: torch.device) -> None:
 
 
 def packing(device: torch.device, repeats: int) -> None:
-    """A large tensor of the device into a sealed memory file, as the referee sends the problem's state and the
-    worker an output that is not shared (`tensorwire._bytes_of`), against the ways it could be done instead:
+    """A large tensor of the device into a sealed memory file, as the referee sends the problem's state (where the
+    worker's own build of it differs) and the worker an output that is not shared (`tensorwire._bytes_of`), against the ways it could be done instead:
     through pageable host memory (`.cpu()`) or a pinned buffer, then pwrite; and the receiving side
     (`unpack_tensor`: map, copy to the device)."""
     from kerneljudge import sealed

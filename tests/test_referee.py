@@ -156,6 +156,29 @@ def get_init_inputs():
 """
 
 
+MASKED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n))
+        self.register_buffer("mask", torch.where(torch.arange(n) % 2 == 0, 0.0, float("-inf")))
+
+    def forward(self, x):
+        return torch.softmax(x * self.w + self.mask, dim=-1)
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
 def honest_pass(options, folder, source: str):
     """The problem `source` judged with itself as the candidate (Model renamed ModelNew): it passes."""
     problem, honest = folder / "problem.py", folder / "honest.py"
@@ -180,6 +203,12 @@ def test_the_worker_builds_the_references_state_itself_unless_it_comes_out_other
     # say so and ModelNew is built again with the referee's state sent: the honest candidate passes
     result = honest_pass(fast, tmp_path, BUILT_FROM_THE_PROCESS)
     assert result.probes["reference_state_sent"] is True
+
+
+def test_a_buffer_of_minus_infinity_is_changed_alike_and_passes(fast, tmp_path):
+    # its sum is -inf in both processes: the same fingerprint, neither a malformed number nor tampering
+    result = honest_pass(fast, tmp_path, MASKED)
+    assert "reference_state_sent" not in result.probes and "parameter_changes_sent" not in result.probes
 
 
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):

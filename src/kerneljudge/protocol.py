@@ -141,8 +141,8 @@ class Estimate(Request):
 @dataclass(frozen=True)
 class Setup(Request):
     """Import the problem (never the candidate), build the reference from `init_seed` (KernelBench's seed
-    42 under its protocol) and its float64 copy. Reply: its state's entry names, their fingerprint, which
-    are parameters and which are tied, float64 (the state itself only on request: StateOf)."""
+    42 under its protocol) and its float64 copy. Reply: its state's entry names, their digest, which are
+    parameters and which are tied, float64 (the state itself only on request: StateOf)."""
     op: ClassVar[str] = "setup"
     problem: dict[str, Any]
     init_seed: int
@@ -318,8 +318,8 @@ class CompileOnly(Request):
 class Construct(Request):
     """ModelNew(*get_init_inputs()) with the generators seeded by `init_seed`, and the reference's state
     loaded into it: the one sent (blobs, `state`), or with `derive` the worker's own build of the reference
-    from the same seeds (proc/inputs.build_reference; reply: its fingerprint, or none where it could not be
-    built), or none at all (KernelBench's protocol)."""
+    from the same seeds (proc/inputs.build_seeded; reply: its digest, proc/perturb.digest, or none where it
+    could not be built), or none at all (KernelBench's protocol)."""
     op: ClassVar[str] = "construct"
     init_seed: int
     init_inputs_seed: int

@@ -5,7 +5,7 @@ Both processes run the problem's own `get_inputs()` under the same seed on the s
 enough to name an input set; the referee checks once that the problem draws deterministically (`draws_alike`)
 before the judge relies on that. Likewise the reference built from the run's init seed: the worker builds
 its own copy of the reference's state (what ModelNew is loaded with, and what the probes change alike in
-both processes) instead of being sent it, and the judge compares the two processes' fingerprints of it.
+both processes) instead of being sent it, and the judge compares the two processes' digests of it.
 """
 
 from __future__ import annotations
@@ -32,18 +32,20 @@ def seed_generators(seed: int, device: torch.device) -> None:
         torch.cuda.default_generators[device.index or 0].manual_seed(seed)
 
 
-def build_reference(problem, device: torch.device, init_seed: int, init_inputs_seed: int,
-                    kernelbench: bool) -> tuple[torch.nn.Module, list]:
-    """The problem's `Model(*get_init_inputs())` from the run's seeds, and those init inputs: parameters
-    created on the device (KernelBench's protocol: constructed, then moved, as its own eval does)."""
-    seed_generators(init_inputs_seed, device)
-    init_inputs = list(problem.get_init_inputs())
+def build_seeded(model_class, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
+                 kernelbench: bool, init_inputs: list | None = None) -> tuple[torch.nn.Module, list]:
+    """`model_class(*get_init_inputs())` (the problem's Model, or the candidate's ModelNew) from the run's seeds,
+    and those init inputs (`init_inputs`: the ones an earlier build in this process drew, not drawn again):
+    parameters created on the device (KernelBench's protocol: constructed, then moved, as its own eval does)."""
+    if init_inputs is None:
+        seed_generators(init_inputs_seed, device)
+        init_inputs = list(problem.get_init_inputs())
     seed_generators(init_seed, device)
     if kernelbench:
-        return problem.Model(*copy.deepcopy(init_inputs)).to(device), init_inputs
+        return model_class(*copy.deepcopy(init_inputs)).to(device), init_inputs
     with torch.device(device):
-        reference = problem.Model(*copy.deepcopy(init_inputs))
-    return reference.to(device), init_inputs
+        model = model_class(*copy.deepcopy(init_inputs))
+    return model.to(device), init_inputs
 
 
 def make_inputs(problem, seed: int, device: torch.device) -> list:

@@ -2,8 +2,8 @@
 
 A probe changes the reference's parameters and buffers (from a secret seed, or one state entry moved by a
 range probe) and the candidate must follow. The referee makes the change on the reference; the worker makes
-the same change on its copy of the reference's state (received once, at construction) and writes it into
-ModelNew: the same draws from the same seed on the same device give the same values, so no state crosses
+the same change on its copy of the reference's state (built alike at construction, or sent where it came out
+otherwise: `digest`) and writes it into ModelNew: the same draws from the same seed on the same device give the same values, so no state crosses
 between the processes per change (each change of level2/51's 256 MiB weight crossed the host twice).
 A worker that changes the values otherwise only makes its own outputs wrong: the referee's expectation is
 computed from its own change.
@@ -115,6 +115,30 @@ def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]
     return [_sum64(state[name].detach()) for name in names]
 
 
+def digest(state: dict[str, torch.Tensor], names: list[str]) -> list[int]:
+    """Each entry's exact checksum, in `names`' order: its bits, as integers of the element's width, each times
+    an odd weight that depends on its position, summed with 64-bit wraparound. Two builds of the reference
+    (the referee's and the worker's, from the same seeds) agree only if every element has the same bits in the
+    same place: a sum of values would take a permutation, a lost imaginary part or a difference under its
+    rounding for the same state, and a non-finite entry for a malformed one. Rows at a time (`_blocks`), read
+    back once."""
+    sums = []
+    for name in names:
+        t = state[name].detach()
+        total, offset = torch.zeros((), dtype=torch.int64, device=t.device), 0
+        for block in _blocks(t):
+            words = block.contiguous().reshape(-1).view(_WORDS[block.element_size()]).to(torch.int64)
+            positions = torch.arange(offset, offset + words.numel(), dtype=torch.int64, device=t.device)
+            total += (words * (positions * DIGEST_MULTIPLIER + 1)).sum()
+            offset += words.numel()
+        sums.append(total)
+    return [int(v) for v in torch.stack(sums).tolist()] if sums else []
+
+
+DIGEST_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # an odd 64-bit constant (2^64 / golden ratio), as int64
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # an element's bits as an integer
+
+
 def _sum64(t: torch.Tensor) -> float:
     """`t`'s sum in float64, a block at a time: summed whole with dtype=float64, a 256 MiB float32 weight
     took a 512 MiB float64 copy on the H200 (each change's peak in both processes, ninth session)."""
@@ -128,7 +152,7 @@ def _blocks(t: torch.Tensor):
     """Views of `t`, rows of its first dimension at a time, about PERTURB_BLOCK elements each (the whole of
     it when it is small, has no dimensions, or one row is larger). Shape alone decides, never strides: the
     referee's entry may be a transposed view where the worker's copy is contiguous, and both must draw alike."""
-    row = t[0].numel() if t.dim() else 0
+    row = t[0].numel() if t.dim() and t.shape[0] else 0
     if t.numel() <= PERTURB_BLOCK or not row or row > PERTURB_BLOCK:
         yield t
         return

@@ -18,7 +18,7 @@ from kerneljudge import protocol, timing
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
 from kerneljudge.proc.inputs import same_bits, seed_generators
-from kerneljudge.proc.perturb import fingerprint, ties
+from kerneljudge.proc.perturb import digest, fingerprint, ties
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
@@ -116,7 +116,7 @@ class Referee:
             return {"findings": [classify(exc, stage="check", code="problem-error",
                                           what="Model(*get_init_inputs())").finding.to_json()]}, []
         names, tensors = self.session.state()
-        data = {"names": names, "fingerprint": fingerprint(dict(zip(names, tensors)), names),
+        data = {"names": names, "digest": digest(dict(zip(names, tensors)), names),
                 "float64": self.session.reference64 is not None,
                 "parameters": [n for n, _ in self.session.reference.named_parameters()], "tied": ties(names, tensors)}
         if request.kernelbench:

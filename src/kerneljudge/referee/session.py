@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kerneljudge.proc.inputs import build_reference, clone_args, make_inputs, seed_generators, synchronize
+from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
 from kerneljudge.proc.perturb import Transform, entries, move, perturb
@@ -54,7 +54,7 @@ class RefereeSession:
               float64_budget_bytes: int | None = None) -> "RefereeSession":
         """The reference from `init_seed` (parameters created on the device), and its float64 copy.
         `call_seed`: the generators are seeded with it before every reference call (see proc/rng)."""
-        reference, _ = build_reference(problem, device, init_seed, init_inputs_seed, kernelbench)
+        reference, _ = build_seeded(problem.Model, problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
         plan = Float64Plan(device, float64_budget_bytes)
         try:

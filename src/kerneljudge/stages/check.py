@@ -1,7 +1,7 @@
 """Stage "check": ModelNew built with the reference's parameters, then N correctness trials.
 
 Strict protocol (the default): the referee builds the reference from the run's init seed; the worker
-builds its own copy of the reference from the same seeds (its fingerprint held against the referee's; the
+builds its own copy of the reference from the same seeds (its digest held against the referee's; the
 referee's state is sent where they differ), then ModelNew from the same seed, and loads the reference's
 state dict into it (extra candidate buffers allowed). Each trial: the referee draws fresh inputs from the trial's own seed and computes the
 reference's outputs (native and float64); the worker runs the candidate on a copy, on memory it poisoned
@@ -19,7 +19,7 @@ from kerneljudge import protocol
 from kerneljudge.isolation import Pending
 from kerneljudge.records import Finding, Trial
 from kerneljudge.seeds import derive_seed
-from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
+from kerneljudge.stages.context import Judging, StageEnded
 
 STAGE = "check"
 KERNELBENCH_SEED = 42
@@ -63,7 +63,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
             return j.take(j.worker.call(request, state["_blobs"] if state else []), STAGE)
 
         built = construct(None, derive=not started.kernelbench)
-        if not started.kernelbench and not fingerprints_agree(built, ready["fingerprint"]):
+        if not started.kernelbench and not _same_digest(built.get("digest"), ready["digest"]):
             # the worker's own build of the reference differs (a constructor that depends on the process, or
             # draws from elsewhere than the seeded generators): ModelNew again, with the referee's state sent
             j.info["reference_state_sent"] = True
@@ -71,6 +71,12 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
     except StageEnded:
         return None
     return ready
+
+
+def _same_digest(theirs: Any, ours: list[int]) -> bool:
+    """Whether the worker's digest of its build of the reference's state (untrusted data) is the referee's,
+    exactly (proc/perturb.digest)."""
+    return type(theirs) is list and all(type(v) is int for v in theirs) and theirs == ours
 
 
 def note_reference(j: Judging, drawn: dict[str, Any]) -> None:

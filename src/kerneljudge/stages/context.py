@@ -103,11 +103,19 @@ class Judging:
 
 def fingerprints_agree(reply: dict, fingerprint: list[float]) -> bool:
     """Whether a worker's reply carries `fingerprint` (the referee's, of the same state entries:
-    proc/perturb.fingerprint), to FINGERPRINT_TOLERANCE."""
+    proc/perturb.fingerprint), to FINGERPRINT_TOLERANCE; a sum that is not finite (a -inf mask buffer) must be
+    the same. Anything else in the reply is a disagreement, never an error."""
     theirs = reply.get("fingerprint")
-    return isinstance(theirs, list) and len(theirs) == len(fingerprint) and all(
-        math.isclose(protocol.number(v, "fingerprint"), o, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
-        for v, o in zip(theirs, fingerprint))
+    return type(theirs) is list and len(theirs) == len(fingerprint) and all(
+        _same_sum(v, o) for v, o in zip(theirs, fingerprint))
+
+
+def _same_sum(theirs: Any, ours: float) -> bool:
+    if type(theirs) not in (int, float):
+        return False
+    if not (math.isfinite(theirs) and math.isfinite(ours)):
+        return theirs == ours or (math.isnan(theirs) and math.isnan(ours))
+    return math.isclose(theirs, ours, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
 
 
 def _finding(data: Any, stage: str) -> Finding:

@@ -285,7 +285,7 @@ def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> boo
     names = protocol.strings(done.get("names") or [], "names")
     if not names:
         return False
-    ours = [protocol.number(v, "fingerprint") for v in done.get("fingerprint", [])]
+    ours = [float(v) for v in done.get("fingerprint", [])]  # the referee's own figures (a -inf entry sums to -inf)
     how = change.how if isinstance(change, protocol.Perturb) else "in-place"
     if fingerprints_agree(j.take(j.worker.call(change), STAGE), ours):
         return True

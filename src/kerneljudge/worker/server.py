@@ -1,7 +1,7 @@
 """The candidate's worker: one dispatch table from request type to handler; every reply is data.
 
 Requests (see `protocol`): ping, build/compile (import the candidate, compiling on the way), construct
-(ModelNew with the referee's parameters), forward (the candidate on relayed inputs, the output handed
+(ModelNew with the reference's parameters, as this process builds them or as sent), forward (the candidate on relayed inputs, the output handed
 back at once), perturb and range-set (the probes' parameter changes, made here alike), observe (threads, repeats, the op trace,
 streams), and the timed side of the measurement loop. Candidate code is only ever called through
 `calls.guarded`. The guard's tampering check (defence in depth: no verdict depends on it) is added to
@@ -10,7 +10,6 @@ any reply after which something it watches changed.
 
 from __future__ import annotations
 
-import copy
 import threading
 import traceback
 from pathlib import Path
@@ -21,8 +20,8 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
-from kerneljudge.proc.inputs import build_reference, equal_bits, make_inputs, refill, seed_generators
-from kerneljudge.proc.perturb import Transform, fingerprint, move, perturb, ties
+from kerneljudge.proc.inputs import build_seeded, equal_bits, make_inputs, refill, seed_generators
+from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturb, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -179,27 +178,20 @@ class Worker:
 
     def construct(self, request: protocol.Construct, blobs: list) -> Reply:
         """ModelNew from the same seed as the reference, then the reference's state loaded into it: as sent,
-        or (`derive`) as this process builds it from the same seeds, whose fingerprint the reply carries."""
-        self.baseline_rss_bytes = memory.rss_now_bytes()
+        or (`derive`) as this process builds it from the same seeds, whose digest the reply carries."""
         session = self.session
-        names = request.names or []
+        if session.candidate is None:  # the first construction (a second one comes with the referee's state)
+            self.baseline_rss_bytes = memory.rss_now_bytes()
+        session.candidate, session.reference_state = None, {}  # a first construction's, not held beside these
+        names, state, init_inputs = request.names or [], None, None
         if request.state is not None:
             state = dict(zip(names, tensorwire.unpack_values(request.state, blobs, self.device)))
         elif request.derive:
-            state = _derived_state(session.loaded.problem, self.device, request, names)
-        else:  # KernelBench's protocol: no state loaded
-            state = None
-        seed_generators(request.init_inputs_seed, self.device)
-        init_inputs = list(session.loaded.problem.get_init_inputs())
-        seed_generators(request.init_seed, self.device)
-
-        def make():
-            if not request.derive and request.state is None:  # KernelBench: construct, then move
-                return session.loaded.model_new(*copy.deepcopy(init_inputs)).to(self.device)
-            with torch.device(self.device):  # parameters are initialised where they will live
-                return session.loaded.model_new(*copy.deepcopy(init_inputs))
-
-        made = guarded(make, stage="check", code="constructor-error", what="ModelNew(*get_init_inputs())",
+            state, init_inputs = _derived_state(session.loaded.problem, self.device, request, names)
+        kernelbench = not request.derive and request.state is None  # construct, then move; no state loaded
+        made = guarded(lambda: build_seeded(session.loaded.model_new, session.loaded.problem, self.device,
+                                            request.init_seed, request.init_inputs_seed, kernelbench, init_inputs)[0],
+                       stage="check", code="constructor-error", what="ModelNew(*get_init_inputs())",
                        source_file=self._source())
         if made.failure:
             return _reply([made.failure.finding], poisoned=made.failure.poisoned)
@@ -218,7 +210,7 @@ class Worker:
             return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
         session.candidate = moved.value
         session.seeding = CallSeeding(request.call_seed, self.device)
-        return _reply([], fingerprint=fingerprint(state, names) if request.derive and state is not None else None)
+        return _reply([], digest=digest(state, names) if request.derive and state is not None else None)
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
@@ -479,16 +471,18 @@ def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
     del blocks
 
 
-def _derived_state(problem, device: torch.device, request: protocol.Construct, names: list[str]) -> dict | None:
-    """The reference's state as this process builds it from the run's seeds (proc/inputs.build_reference),
-    with the entries the referee named; None where it cannot be built here or lacks one of them (the judge
-    then sends the referee's)."""
+def _derived_state(problem, device: torch.device, request: protocol.Construct,
+                   names: list[str]) -> tuple[dict | None, list | None]:
+    """The reference's state as this process builds it from the run's seeds (proc/inputs.build_seeded), with
+    the entries the referee named, and the init inputs it drew (ModelNew gets the same ones); no state where
+    it cannot be built here or lacks one of them (the judge then sends the referee's)."""
     try:
-        reference, _ = build_reference(problem, device, request.init_seed, request.init_inputs_seed, kernelbench=False)
+        reference, init_inputs = build_seeded(problem.Model, problem, device, request.init_seed,
+                                              request.init_inputs_seed, kernelbench=False)
     except Exception:  # noqa: BLE001 - the problem's code: the referee built it, and its state is sent instead
-        return None
+        return None, None
     built = reference.state_dict()
-    return {name: built[name] for name in names} if all(name in built for name in names) else None
+    return ({name: built[name] for name in names} if all(name in built for name in names) else None), init_inputs
 
 
 def _load_state(candidate, reference_state: dict) -> Finding | None:
