@@ -217,6 +217,11 @@ def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
     result = honest_pass(fast, tmp_path, TIED)
     assert "a.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
     assert "parameter_changes_sent" not in result.probes  # tied alike, never out of step
+    # the same where the referee's state is sent (a constructor seeded by its process): tied alike as received
+    seeded_by_process = TIED.replace("import torch\n", "import os\n\nimport torch\n", 1).replace(
+        "super().__init__()", "super().__init__()\n        torch.manual_seed(os.getpid())")
+    result = honest_pass(fast, tmp_path, seeded_by_process)
+    assert result.probes["reference_state_sent"] is True and "parameter_changes_sent" not in result.probes
 
 
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
