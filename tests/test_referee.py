@@ -14,7 +14,7 @@ import torch
 from conftest import CANDIDATES, SEED, codes
 
 from kerneljudge import api
-from kerneljudge.proc import deviceshare
+from kerneljudge.proc import deviceshare, perturb
 from kerneljudge.proc.inputs import make_inputs
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.stages import measure
@@ -203,6 +203,22 @@ def test_the_worker_builds_the_references_state_itself_unless_it_comes_out_other
     # say so and ModelNew is built again with the referee's state sent: the honest candidate passes
     result = honest_pass(fast, tmp_path, BUILT_FROM_THE_PROCESS)
     assert result.probes["reference_state_sent"] is True
+
+
+@pytest.mark.parametrize("checksum", ["_crc", "_weighted_words"])  # the CPU's, and the GPU's run on CPU tensors
+def test_the_state_digest_tells_apart_what_a_sum_would_not(checksum):
+    digest = (lambda t: getattr(perturb, checksum)(t)) if checksum == "_crc" else (
+        lambda t: int(perturb._weighted_words(t, {})))
+    weight = torch.randn(5000, 1000)  # two blocks (PERTURB_BLOCK rows at a time)
+    last_ulp, rows_swapped = weight.clone(), weight.clone()
+    last_ulp[-1, -1] = torch.nextafter(last_ulp[-1, -1], torch.tensor(9.0))
+    rows_swapped[[0, 4500]] = rows_swapped[[4500, 0]]
+    assert len({digest(weight), digest(last_ulp), digest(rows_swapped), digest(weight.flip(1))}) == 4
+    assert digest(weight.t()) == digest(weight.t().contiguous()) == digest(weight.clone().t())  # the logical order
+    assert digest(torch.tensor([1 + 2j])) != digest(torch.tensor([1 - 2j]))  # the imaginary part counts
+    assert digest(torch.full((3,), float("-inf"))) == digest(torch.full((3,), float("-inf")))
+    assert digest(torch.tensor([True, False])) != digest(torch.tensor([False, True]))
+    assert digest(torch.randn(4, dtype=torch.bfloat16).zero_()) == digest(torch.zeros(4, dtype=torch.bfloat16))
 
 
 def test_a_buffer_of_minus_infinity_is_changed_alike_and_passes(fast, tmp_path):
