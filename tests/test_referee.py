@@ -216,6 +216,7 @@ def test_the_state_digest_tells_apart_what_a_sum_would_not(checksum):
     assert len({digest(weight), digest(last_ulp), digest(rows_swapped), digest(weight.flip(1))}) == 4
     assert digest(weight.t()) == digest(weight.t().contiguous()) == digest(weight.clone().t())  # the logical order
     assert digest(torch.tensor([1 + 2j])) != digest(torch.tensor([1 - 2j]))  # the imaginary part counts
+    assert digest(torch.tensor([1 + 2j], dtype=torch.complex128)) != digest(torch.tensor([1 - 2j], dtype=torch.complex128))
     assert digest(torch.full((3,), float("-inf"))) == digest(torch.full((3,), float("-inf")))
     assert digest(torch.tensor([True, False])) != digest(torch.tensor([False, True]))
     assert digest(torch.randn(4, dtype=torch.bfloat16).zero_()) == digest(torch.zeros(4, dtype=torch.bfloat16))

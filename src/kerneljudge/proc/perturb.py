@@ -150,7 +150,7 @@ def _weighted_words(t: torch.Tensor, weights: dict[tuple, torch.Tensor]) -> torc
     blocks' sums chained with wraparound: a 0-d int64 tensor on its device."""
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     for block in _blocks(t):
-        words = block.contiguous().reshape(-1).view(_WORDS[block.element_size()])
+        words = block.contiguous().reshape(-1).view(_WORDS.get(block.element_size(), torch.int64))  # complex128: 2
         if words.element_size() < 4:
             words = words.to(torch.int32)
         total = total * DIGEST_MULTIPLIER + (words * _weights(weights, words)).sum(dtype=torch.int64)
