@@ -198,11 +198,12 @@ def test_a_reference_that_changes_its_own_state_gets_its_entries_sent(fast, tmp_
 
 def test_the_worker_builds_the_references_state_itself_unless_it_comes_out_otherwise(fast, tmp_path):
     # the worker builds its copy of the reference's state from the run's seeds (nothing sent) ...
-    assert "reference_state_sent" not in honest_pass(fast, tmp_path, TIED).probes
-    # ... where its build differs from the referee's (a constructor seeded by its process id), the fingerprints
+    checked = fast.replace(probes=False)
+    assert honest_pass(checked, tmp_path, TIED).memory["reference_state"] == "built in the worker"
+    # ... where its build differs from the referee's (a constructor seeded by its process id), the digests
     # say so and ModelNew is built again with the referee's state sent: the honest candidate passes
-    result = honest_pass(fast, tmp_path, BUILT_FROM_THE_PROCESS)
-    assert result.probes["reference_state_sent"] is True
+    result = honest_pass(checked, tmp_path, BUILT_FROM_THE_PROCESS)
+    assert result.memory["reference_state"] == "sent by the referee"
 
 
 @pytest.mark.parametrize("checksum", ["_crc", "_weighted_words"])  # the CPU's, and the GPU's run on CPU tensors
@@ -225,7 +226,7 @@ def test_the_state_digest_tells_apart_what_a_sum_would_not(checksum):
 def test_a_buffer_of_minus_infinity_is_changed_alike_and_passes(fast, tmp_path):
     # its sum is -inf in both processes: the same fingerprint, neither a malformed number nor tampering
     result = honest_pass(fast, tmp_path, MASKED)
-    assert "reference_state_sent" not in result.probes and "parameter_changes_sent" not in result.probes
+    assert result.memory["reference_state"] == "built in the worker" and "parameter_changes_sent" not in result.probes
 
 
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
@@ -238,7 +239,7 @@ def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
     seeded_by_process = TIED.replace("import torch\n", "import os\n\nimport torch\n", 1).replace(
         "super().__init__()", "super().__init__()\n        torch.manual_seed(os.getpid())")
     result = honest_pass(fast, tmp_path, seeded_by_process)
-    assert result.probes["reference_state_sent"] is True and "parameter_changes_sent" not in result.probes
+    assert result.memory["reference_state"] == "sent by the referee" and "parameter_changes_sent" not in result.probes
 
 
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):

@@ -324,8 +324,10 @@ def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: c
             return False
         run.shadow.trials.extend(check.run_check(judging, seed, trials))
         return not _blocked(judging)
-    if check.setup(judging, problem_data, seed, started=started) is None:
+    ready = check.setup(judging, problem_data, seed, started=started)
+    if ready is None:
         return False
+    run.memory["reference_state"] = ready["reference_state"]  # a copy of the parameters crossed, or none did
     run.trials.extend(check.run_check(judging, seed, trials))
     return not _blocked(judging) and all(t.passed for t in run.trials)
 

@@ -50,8 +50,8 @@ def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: 
 def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False,
           started: SetupStarted | None = None) -> dict[str, Any] | None:
     """The referee builds the reference (or has, when `started`), the worker builds ModelNew from the same
-    seed and loads its state. Returns the referee's setup reply (trial seeds under KernelBench's protocol),
-    None if a finding ended it."""
+    seed and loads its state. Returns the referee's setup reply (trial seeds under KernelBench's protocol;
+    `reference_state`: where the worker's copy of the reference's state came from), None if a finding ended it."""
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
         ready = j.take(j.referee.collect(started.pending), STAGE)
@@ -63,10 +63,11 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
             return j.take(j.worker.call(request, state["_blobs"] if state else []), STAGE)
 
         built = construct(None, derive=not started.kernelbench)
+        ready["reference_state"] = None if started.kernelbench else "built in the worker"
         if not started.kernelbench and not _same_digest(built.get("digest"), ready["digest"]):
             # the worker's own build of the reference differs (a constructor that depends on the process, or
             # draws from elsewhere than the seeded generators): ModelNew again, with the referee's state sent
-            j.info["reference_state_sent"] = True
+            ready["reference_state"] = "sent by the referee"
             construct(j.take(j.referee.call(protocol.StateOf(ready["names"])), STAGE), derive=False)
     except StageEnded:
         return None
