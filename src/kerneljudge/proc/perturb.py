@@ -3,8 +3,9 @@
 A probe changes the reference's parameters and buffers (from a secret seed, or one state entry moved by a
 range probe) and the candidate must follow. The referee makes the change on the reference; the worker makes
 the same change on its copy of the reference's state (built alike at construction, or sent where it came out
-otherwise: `digest`) and writes it into ModelNew: the same draws from the same seed on the same device give the same values, so no state crosses
-between the processes per change (each change of level2/51's 256 MiB weight crossed the host twice).
+otherwise: `digest`) and writes it into ModelNew: the same draws from the same seed on the same device give
+the same values, so no state crosses between the processes per change (each change of level2/51's 256 MiB
+weight crossed the host twice).
 A worker that changes the values otherwise only makes its own outputs wrong: the referee's expectation is
 computed from its own change.
 """
