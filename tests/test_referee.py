@@ -18,6 +18,7 @@ from kerneljudge.proc import deviceshare, perturb
 from kerneljudge.proc.inputs import make_inputs
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.stages import measure
+from kerneljudge.stages.context import fingerprints_agree
 from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
 from kerneljudge.timing import IterationCall
 
@@ -206,18 +207,25 @@ def test_the_worker_builds_the_references_state_itself_unless_it_comes_out_other
     assert result.memory["reference_state"] == "sent by the referee"
 
 
-@pytest.mark.parametrize("checksum", ["_crc", "_weighted_words"])  # the CPU's, and the GPU's run on CPU tensors
-def test_the_state_digest_tells_apart_what_a_sum_would_not(checksum):
-    digest = (lambda t: getattr(perturb, checksum)(t)) if checksum == "_crc" else (
-        lambda t: int(perturb._weighted_words(t, {})))
-    weight = torch.randn(5000, 1000)  # two blocks (PERTURB_BLOCK rows at a time)
-    last_ulp, rows_swapped = weight.clone(), weight.clone()
-    last_ulp[-1, -1] = torch.nextafter(last_ulp[-1, -1], torch.tensor(9.0))
-    rows_swapped[[0, 4500]] = rows_swapped[[4500, 0]]
-    assert len({digest(weight), digest(last_ulp), digest(rows_swapped), digest(weight.flip(1))}) == 4
-    assert digest(weight.t()) == digest(weight.t().contiguous()) == digest(weight.clone().t())  # the logical order
-    assert digest(torch.tensor([1 + 2j])) != digest(torch.tensor([1 - 2j]))  # the imaginary part counts
-    assert digest(torch.tensor([1 + 2j], dtype=torch.complex128)) != digest(torch.tensor([1 - 2j], dtype=torch.complex128))
+@pytest.mark.parametrize("in_host", [True, False])  # the CPU's CRC, and the GPU's weighted halves on CPU tensors
+def test_the_state_digest_tells_apart_what_a_sum_would_not(in_host):
+    def digest(t):
+        return int(perturb.entry_checksum(t, {}, in_host=in_host))
+
+    weight = torch.randn(5000, 1000, dtype=torch.float64)  # two blocks (PERTURB_BLOCK elements at a time)
+    changed = {name: weight.clone() for name in ("ulp", "rows", "signs", "row_negated")}
+    changed["ulp"][-1, -1] = torch.nextafter(changed["ulp"][-1, -1], torch.tensor(9.0, dtype=torch.float64))
+    changed["rows"][[0, 4500]] = changed["rows"][[4500, 0]]
+    changed["signs"][0, :2] *= -1  # two signs flipped: each flip alone changes the same top bit
+    changed["row_negated"][7] *= -1
+    seen = [digest(weight), digest(weight.flip(1)), digest(weight.float())] + [digest(c) for c in changed.values()]
+    assert len(set(seen)) == len(seen)
+    assert digest(weight.t()) == digest(weight.t().contiguous())  # its logical order, not its strides
+    assert digest(torch.zeros(2, 3)) != digest(torch.zeros(3, 2)) != digest(torch.zeros(6))  # the shape counts
+    pair = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex128)
+    assert digest(pair) != digest(pair.conj().resolve_conj())  # both elements conjugated
+    assert digest(pair.conj()) == digest(pair.conj().resolve_conj())  # a lazy conjugate, as its values
+    assert digest(torch.tensor([1 + 2j])) != digest(torch.tensor([1 - 2j]))
     assert digest(torch.full((3,), float("-inf"))) == digest(torch.full((3,), float("-inf")))
     assert digest(torch.tensor([True, False])) != digest(torch.tensor([False, True]))
     assert digest(torch.randn(4, dtype=torch.bfloat16).zero_()) == digest(torch.zeros(4, dtype=torch.bfloat16))
@@ -225,6 +233,7 @@ def test_the_state_digest_tells_apart_what_a_sum_would_not(checksum):
 
 def test_a_buffer_of_minus_infinity_is_changed_alike_and_passes(fast, tmp_path):
     # its sum is -inf in both processes: the same fingerprint, neither a malformed number nor tampering
+    assert not fingerprints_agree({"fingerprint": [10**400]}, [1.0])  # a forged figure disagrees, never raises
     result = honest_pass(fast, tmp_path, MASKED)
     assert result.memory["reference_state"] == "built in the worker" and "parameter_changes_sent" not in result.probes
 

@@ -313,6 +313,7 @@ def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: c
         ready = check.setup(judging, problem_data, seed, kernelbench=True, started=started)
         if ready is None:
             return False
+        run.memory["reference_state"] = ready["reference_state"]
         run.trials.extend(check.run_check(judging, seed, trials, kernelbench_seeds=ready["trial_seeds"][:trials]))
         run.kernelbench_findings = list(judging.findings)
         run.findings.extend(judging.findings)

@@ -21,6 +21,7 @@ import torch
 INPUTS = "inputs"  # a range probe's target: every floating input
 PERTURB_BLOCK = 1 << 22  # elements of an entry changed at once (16 MiB of float32 draws)
 DIGEST_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # an odd 64-bit constant (2^64 / golden ratio), as int64
+LOW_32 = 0xFFFFFFFF
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # an element's bits as an integer
 
 
@@ -121,23 +122,32 @@ def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]
 
 
 def digest(state: dict[str, torch.Tensor], names: list[str]) -> list[int]:
-    """Each entry's exact checksum, in `names`' order, over its bits block by block (`_blocks`: rows at a time):
-    on the CPU a CRC-32 of the bytes, chained over the blocks; on a GPU, where the bytes are not in host memory,
-    the elements' bits as integers times odd weights that depend on their position, summed in 64 bits, the blocks'
-    sums chained with wraparound (on the CPU that took seven times the CRC's 0.12 s for a 256 MiB weight). Both
-    processes are on the same device, so they compute it alike. Two builds of the reference (the referee's and
-    the worker's, from the same seeds) agree only if every element has the same bits in the same place: a sum of
-    values would take a permutation, a lost imaginary part or a difference under its rounding for the same
-    state, and a non-finite entry for a malformed one."""
+    """Each entry's checksum, in `names`' order, over its dtype, its shape and its bits in logical order, block by
+    block (`_blocks`: rows at a time): on the CPU a CRC-32 of the bytes, chained over the blocks; on a GPU, where
+    the bytes are not in host memory, each element's bits as unsigned 32-bit halves times odd weights that depend
+    on the position, summed in 64 bits, the blocks' sums chained with wraparound (on the CPU that took seven times
+    the CRC's 0.12 s for a 256 MiB weight). Both processes are on the same device, so they compute it alike. It
+    tells apart what the probes' sums (`fingerprint`) would not: a permutation, signs flipped in pairs, a
+    conjugate, another shape of the same bytes, a non-finite entry. Two builds of the reference (the referee's
+    and the worker's, from the same seeds) are taken as the same state only when every entry's checksum agrees."""
     weights: dict[tuple, torch.Tensor] = {}
-    sums = [torch.tensor(_crc(state[name].detach()), dtype=torch.int64) if state[name].device.type == "cpu"
-            else _weighted_words(state[name].detach(), weights) for name in names]
+    sums = [entry_checksum(state[name], weights) for name in names]
     return [int(v) for v in torch.stack([v.cpu() for v in sums]).tolist()] if sums else []
 
 
-def _crc(t: torch.Tensor) -> int:
-    """CRC-32 of a CPU tensor's bytes in its logical order, chained over its blocks."""
-    crc = 0
+def entry_checksum(t: torch.Tensor, weights: dict[tuple, torch.Tensor], *, in_host: bool | None = None) -> torch.Tensor:
+    """One entry's checksum as a 0-d int64 tensor: the CRC where its bytes are in host memory (`in_host`, by
+    default where it is on the CPU), else the weighted halves (`weights`: their cache for this digest)."""
+    t = t.detach().resolve_conj().resolve_neg()  # a lazy conjugate or negation, as its values
+    start = zlib.crc32(f"{t.dtype} {tuple(t.shape)}".encode())
+    if t.device.type == "cpu" if in_host is None else in_host:
+        return torch.tensor(_crc(t, start), dtype=torch.int64)
+    return _weighted_words(t, start, weights)
+
+
+def _crc(t: torch.Tensor, start: int) -> int:
+    """CRC-32 of a CPU tensor's bytes in its logical order, chained over its blocks from `start`."""
+    crc = start
     for block in _blocks(t):
         flat = block.contiguous().reshape(-1)
         if flat.numel():
@@ -146,27 +156,31 @@ def _crc(t: torch.Tensor) -> int:
     return crc
 
 
-def _weighted_words(t: torch.Tensor, weights: dict[tuple, torch.Tensor]) -> torch.Tensor:
-    """A tensor's elements' bits as integers times odd positional weights, summed per block in 64 bits, the
-    blocks' sums chained with wraparound: a 0-d int64 tensor on its device."""
-    total = torch.zeros((), dtype=torch.int64, device=t.device)
+def _weighted_words(t: torch.Tensor, start: int, weights: dict[tuple, torch.Tensor]) -> torch.Tensor:
+    """A tensor's elements' bits as unsigned 32-bit halves (the high half only for 8-byte words) times odd
+    positional weights, each half its own, summed per block in 64 bits, the blocks' sums chained with
+    wraparound from `start`: a 0-d int64 tensor on its device. (Whole words times weights lost a sign bit
+    flipped in two places: each flip added the same 2^63.)"""
+    total = torch.full((), start, dtype=torch.int64, device=t.device)
     for block in _blocks(t):
-        words = block.contiguous().reshape(-1).view(_WORDS.get(block.element_size(), torch.int64))  # complex128: 2
-        if words.element_size() < 4:
-            words = words.to(torch.int32)
-        total = total * DIGEST_MULTIPLIER + (words * _weights(weights, words)).sum(dtype=torch.int64)
+        size = block.element_size()
+        words = block.contiguous().reshape(-1).view(_WORDS.get(size, torch.int64)).to(torch.int64)
+        block_sum = ((words & LOW_32) * _weights(weights, words.numel(), words.device, 0)).sum()
+        if size >= 8:  # complex128's 16-byte elements are two 8-byte words each
+            block_sum += (((words >> 32) & LOW_32) * _weights(weights, words.numel(), words.device, 1)).sum()
+        total = total * DIGEST_MULTIPLIER + block_sum
     return total
 
 
-def _weights(cache: dict[tuple, torch.Tensor], words: torch.Tensor) -> torch.Tensor:
-    """Odd weights for the positions of a block of `words` (kept per dtype and device for the next blocks,
-    grown when a longer block comes)."""
-    key = (words.dtype, words.device)
+def _weights(cache: dict[tuple, torch.Tensor], count: int, device: torch.device, half: int) -> torch.Tensor:
+    """Odd 64-bit weights for `count` positions of one half of the words (kept per device and half for the next
+    blocks, grown when a longer block comes; position i's weight never depends on the length)."""
+    key = (device, half)
     held = cache.get(key)
-    if held is None or held.numel() < words.numel():
-        positions = torch.arange(words.numel(), dtype=torch.int64, device=words.device)
-        held = cache[key] = ((positions * DIGEST_MULTIPLIER) | 1).to(words.dtype)
-    return held[:words.numel()]
+    if held is None or held.numel() < count:
+        positions = torch.arange(count, dtype=torch.int64, device=device) + (half << 40)
+        held = cache[key] = (positions * DIGEST_MULTIPLIER) | 1
+    return held[:count]
 
 
 def _sum64(t: torch.Tensor) -> float:

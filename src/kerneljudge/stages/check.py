@@ -63,7 +63,8 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
             return j.take(j.worker.call(request, state["_blobs"] if state else []), STAGE)
 
         built = construct(None, derive=not started.kernelbench)
-        ready["reference_state"] = None if started.kernelbench else "built in the worker"
+        ready["reference_state"] = "none loaded (KernelBench's protocol)" if started.kernelbench else \
+            "built in the worker"
         if not started.kernelbench and not _same_digest(built.get("digest"), ready["digest"]):
             # the worker's own build of the reference differs (a constructor that depends on the process, or
             # draws from elsewhere than the seeded generators): ModelNew again, with the referee's state sent

@@ -113,6 +113,10 @@ def fingerprints_agree(reply: dict, fingerprint: list[float]) -> bool:
 def _same_sum(theirs: Any, ours: float) -> bool:
     if type(theirs) not in (int, float):
         return False
+    try:
+        theirs = float(theirs)  # an int of 400 digits parses as JSON, and overflows here
+    except OverflowError:
+        return False
     if not (math.isfinite(theirs) and math.isfinite(ours)):
         return theirs == ours or (math.isnan(theirs) and math.isnan(ours))
     return math.isclose(theirs, ours, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
