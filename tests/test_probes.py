@@ -42,12 +42,13 @@ def test_partial_cache_key_is_stale_when_another_parameter_changes_alone(fast):
     assert all(t.passed for t in result.trials)
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
     assert set(stale) == {"in-place", "replace"}  # a state-dict round trip changes the weight too
+    # both reach the output only through their means over the 128 outputs (problem-lint's insensitive-parameter),
+    # so a random change of one alone can stay within the tolerance: in place (x 0.5-1.5, + -0.1-0.1) subtract's
+    # mean moves by about 0.026 (within the tolerance in about 2% of runs: seen once in CI), replaced (new values
+    # in [-0.5, 0.5)) by about 0.09; each way names what showed, subtract at least once
+    assert any("subtract" in found.details["parameters"] for found in stale.values())
     for found in stale.values():
-        # gemm.bias reaches the output only through its mean over the 128 outputs (problem-lint's
-        # insensitive-parameter), so a random change of it alone can stay within the tolerance: it is named
-        # when its change showed, subtract always
-        assert "subtract" in found.details["parameters"]
-        assert set(found.details["parameters"]) <= {"gemm.bias", "subtract"}
+        assert found.details["parameters"] and set(found.details["parameters"]) <= {"gemm.bias", "subtract"}
         assert not found.details["together"] and "gemm.weight" not in found.message
         assert "changed alone" in found.message
 
