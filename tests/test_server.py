@@ -76,7 +76,7 @@ def test_verbs_evaluate_through_the_server_and_it_outlives_a_crash(kj, server):
     rc, out, _ = kj("check", SEED, str(SEGFAULT), "--device", "cpu", "--json", env=env)
     assert rc == 2 and "worker-crashed" in codes(parse_json(out))
     rc, out, err = kj("check", SEED, str(GOOD), "--device", "cpu", env=env)  # the human report
-    assert rc == 0 and "PASS" in out and "evaluated by `kerneljudge serve`" in err
+    assert rc == 0 and "PASS" in out and "evaluated by `kerneljudge serve`" in err, (out[-3000:], err[-2000:])
     assert evaluations(socket_path) == before + 3
     assert log.read_text().count("check ") == logged + 3
     # a usage error comes back as the same message a local evaluation gives
