@@ -12,7 +12,6 @@ tensor's way into a sealed memory file and out of it.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import time
 from pathlib import Path
@@ -170,8 +169,7 @@ def packing(device: torch.device, repeats: int) -> None:
         t = torch.randn(mib << 18, device=device)
         pinned = torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda")
         def written(host: torch.Tensor) -> None:  # `host` stays alive while its bytes are written
-            sealed.write_bytes(memoryview((ctypes.c_char * (host.numel() * 4)).from_address(host.data_ptr()))
-                               .cast("B")).close()
+            sealed.write_bytes(tensorwire.host_bytes(host)).close()
 
         ways = {"_bytes_of (mapping, device to host)": lambda: tensorwire._bytes_of(t).close(),
                 ".cpu() then pwrite": lambda: written(t.cpu()),

@@ -12,11 +12,12 @@ computed from its own change.
 
 from __future__ import annotations
 
-import ctypes
 import zlib
 from dataclasses import asdict, dataclass
 
 import torch
+
+from kerneljudge.proc import tensorwire
 
 INPUTS = "inputs"  # a range probe's target: every floating input
 PERTURB_BLOCK = 1 << 22  # elements of an entry changed at once (16 MiB of float32 draws)
@@ -151,8 +152,7 @@ def _crc(t: torch.Tensor, start: int) -> int:
     for block in _blocks(t):
         flat = block.contiguous().reshape(-1)
         if flat.numel():
-            size = flat.numel() * flat.element_size()
-            crc = zlib.crc32(memoryview((ctypes.c_char * size).from_address(flat.data_ptr())).cast("B"), crc)
+            crc = zlib.crc32(tensorwire.host_bytes(flat), crc)
     return crc
 
 

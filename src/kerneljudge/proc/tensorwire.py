@@ -35,6 +35,11 @@ class WireError(ValueError):
     """What arrived does not match its own description (malformed or forged data)."""
 
 
+def host_bytes(flat: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous tensor in host memory, without a copy (valid while the tensor lives)."""
+    return memoryview((ctypes.c_char * (flat.numel() * flat.element_size())).from_address(flat.data_ptr())).cast("B")
+
+
 def _bytes_of(t: torch.Tensor) -> bytes | sealed.SealedBlob:
     """A copy of the tensor's bytes: for a large one a sealed memory file, written from host memory with
     pwrite or straight from the device through a mapping; else bytes (`bytes(storage)` would go element by
@@ -43,7 +48,7 @@ def _bytes_of(t: torch.Tensor) -> bytes | sealed.SealedBlob:
     size = flat.numel() * flat.element_size()
     if size >= sealed.MIN_BYTES and sealed.AVAILABLE:
         if flat.device.type == "cpu":
-            return sealed.write_bytes(memoryview((ctypes.c_char * size).from_address(flat.data_ptr())).cast("B"))
+            return sealed.write_bytes(host_bytes(flat))
         return sealed.write(size, lambda mapped: _copy_into(mapped, flat))
     if flat.device.type != "cpu":
         flat = flat.cpu()
