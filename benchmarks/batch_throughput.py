@@ -16,7 +16,9 @@ Prints a table per candidate and the totals: candidates per GPU-hour; the lane's
 built candidates were waiting (time a lane was judging / time candidates were ready and waiting), and
 the GPU's utilisation then (nvidia-smi, sampled every 0.25 s, when available); the batch's wall time
 against the sum of the per-candidate stage times and against the issue's bound
-max(total build time / CPU cores, total judging time) x 1.2.
+max(total build time / CPU cores, total judging time) x 1.2; the time per candidate from the first result
+to the last (past the processes' cold start); and where a lane's time went per candidate (its stages, the
+processes' end, the waits for the device's other lanes and for its spares' start).
 """
 
 from __future__ import annotations
@@ -143,8 +145,11 @@ def _with_forward_change(copy: str, change: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate(folder: Path) -> list[dict]:
-    """The candidate files and the manifest entries (problem, solution, id, kind)."""
+def generate(folder: Path, shipped_copies: int = 4, one_build: bool = False) -> list[dict]:
+    """The candidate files and the manifest entries (problem, solution, id, kind). `shipped_copies` of the
+    shipped level2/51 CUDA solution, each under an extension name of its own (a cold build each), or with
+    `one_build` all under its own name (one build, shared with `kerneljudge eval l2/51 @cuda`, then every copy
+    loads it: the judging of built candidates)."""
     entries = []
 
     def add(problem: str, name: str, text: str, kind: str) -> None:
@@ -176,9 +181,10 @@ def generate(folder: Path) -> list[dict]:
         add("level1/47", f"cuda_sum_{block}", ROWWISE.replace("BODY", SUM_BODY).replace("OUTPUT", SUM_OUTPUT)
             .replace("BLOCK", str(block)).replace("KIND", "sum").replace("NAME", f"kj_sum_{block}_{tag}"), "cuda honest")
     shipped = suite.shipped_solutions("level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd")["cuda"].read_text()
-    for variant in range(4):
-        renamed = re.sub(r'name="([A-Za-z0-9_]+)"', lambda m: f'name="{m.group(1)}_{variant}_{tag}"', shipped)
-        add("level2/51", f"cuda_shipped_{variant}", renamed, "cuda honest")
+    for variant in range(shipped_copies):
+        renamed = shipped if one_build else re.sub(r'name="([A-Za-z0-9_]+)"',
+                                                   lambda m: f'name="{m.group(1)}_{variant}_{tag}"', shipped)
+        add("level2/51", f"cuda_shipped_{variant}", renamed + f"\n# copy {variant}\n", "cuda honest")
     return entries
 
 
@@ -230,13 +236,16 @@ def main() -> None:
                         "every 0.25 s (it disturbs the timings it watches: see docs/benchmarks.md)")
     parser.add_argument("--stop-after-s", type=float, default=None, help="stop taking results after this long "
                         "(the totals then cover the candidates finished by then; a device call's limit)")
+    parser.add_argument("--shipped-copies", type=int, default=4, help="copies of the shipped level2/51 CUDA solution")
+    parser.add_argument("--one-build", action="store_true", help="the copies share one extension (one cold build, "
+                        "then cache hits: what judging built candidates costs)")
     parser.add_argument("--save", type=Path, default=None, help="write each candidate's id, verdict, codes and lane "
                         "here (JSON lines), to compare two runs")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kj-batch-bench-"))
     chosen = args.problems.split(",")
-    entries = [e for e in generate(work) if e["problem"] in chosen and
+    entries = [e for e in generate(work, args.shipped_copies, args.one_build) if e["problem"] in chosen and
                not (args.pytorch_only and e["kind"].startswith("cuda"))]
     cache_dir = Options().cache_dir if args.warm else work / "cache"
     options = Options(device=args.device, store_path=None, cache_dir=cache_dir, problems_root=None).replace(
@@ -244,7 +253,7 @@ def main() -> None:
     kinds = {e["id"]: e["kind"] for e in entries}
     print(f"{len(entries)} candidates over {len(chosen)} problems; cache {cache_dir}; {os.cpu_count()} CPU cores",
           flush=True)
-    rows = []
+    rows, ended_s = [], []  # ended_s: when each result came, from the batch's start
     started = time.monotonic()
     with local_batch(entries, options, lanes=args.lanes, lanes_per_gpu=args.lanes_per_gpu) as batch:
         lanes = len(batch.scheduler.backend.lanes())
@@ -255,6 +264,7 @@ def main() -> None:
         for finished, line in batch:
             stage_ms = sum(finished.result.stage_ms.values())
             rows.append((finished, line, stage_ms))
+            ended_s.append(time.monotonic() - started)
             print(f"{time.monotonic() - started:7.1f} s  {finished.job.id:34} {kinds[finished.job.id]:30} "
                   f"{line['verdict']:5} {','.join(line['codes'][:3])[:40]:40} build {finished.build_ms / 1e3:6.1f} s "
                   f"judge {finished.judge_ms / 1e3:6.1f} s wait {finished.waited_ms / 1e3:6.1f} s", flush=True)
@@ -286,6 +296,9 @@ def main() -> None:
           f"{wall_s / stages_s:.2f} | {bound:.1f} | {f'{100 * busy:.0f}%' if busy is not None else 'n/a'} | "
           f"{f'{sum(utilisation) / len(utilisation):.0f}%' if utilisation else 'n/a'} | "
           f"{verdicts['pass']}/{verdicts['fail']}/{verdicts['error']} |")
+    if len(ended_s) > 1:  # past the first result: the processes' cold start (the fork server's) is behind
+        print(f"steady state: {(ended_s[-1] - ended_s[0]) / (len(ended_s) - 1):.2f} s per candidate between the first "
+              f"result ({ended_s[0]:.1f} s) and the last")
     print("busy while built candidates waited, per lane: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in per_lane.items())
           + "; GPU utilisation then, per GPU: " + ", ".join(f"{u:.0f}%" for u in per_gpu))
     if args.save:
@@ -300,8 +313,15 @@ def main() -> None:
                                         "stage_ms": finished.result.stage_ms}, default=str) + "\n")
     judged = [(f, s) for f, _, s in rows if f.lane is not None]
     if judged:
-        print(f"judged on a lane: {len(judged)}; mean judge {sum(f.judge_ms for f, _ in judged) / len(judged) / 1e3:.2f} s "
-              f"per candidate (stages {sum(s for _, s in judged) / len(judged) / 1e3:.2f} s)")
+        def mean_s(values) -> float:
+            return sum(values) / len(judged) / 1e3
+
+        parts = {name: mean_s(f.result.stage_ms.get(name, 0.0) for f, _ in judged)
+                 for name in ("closing", "gate-wait", "spares-wait")}
+        judge, stages = mean_s(f.judge_ms for f, _ in judged), mean_s(s for _, s in judged)
+        print(f"judged on a lane: {len(judged)}; mean judge {judge:.2f} s per candidate (stage_ms {stages:.2f} s: "
+              + ", ".join(f"{name} {value:.2f} s" for name, value in parts.items())
+              + f"; the rest of the lane's time {judge - stages:.2f} s)")
     shutil.rmtree(work, ignore_errors=True)
 
 

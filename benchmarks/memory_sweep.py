@@ -198,7 +198,10 @@ def write_doc() -> None:
                          "range plan's float64 copy of a moved weight; the first since reduced (docs/benchmarks.md, "
                          "ninth session), the second in the tenth (level2/12 traced at 4.73x in the eleventh; its row "
                          "here is older). Twelfth session: level1/46-100 (less 76) and level3/39-50, four to six sweeps "
-                         "side by side, and level3/38 again with a 240 s limit (137 s).", ""],
+                         "side by side, and level3/38 again with a 240 s limit (137 s). Thirteenth session, again "
+                         "with today's code (`--redo`, two or three sweeps side by side): the rows above 3x among "
+                         "level1/1-31 and level2/1-33 (the elementwise ones now 2.0-3.0x, the convolutions 1.9-2.0x, "
+                         "the Gemm/Matmul ones 3.3-7.6x); level1/36 and 76 are still the fifth session's.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "

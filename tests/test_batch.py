@@ -25,6 +25,7 @@ from kerneljudge.batch.local import local_devices
 from kerneljudge.batch.scheduler import Scheduler
 from kerneljudge.builder import BuildOutcome
 from kerneljudge.options import Options
+from kerneljudge.progress import CLOSING
 from kerneljudge.records import Finding, Result
 from kerneljudge.rl import KernelEnv
 from kerneljudge.store import Store
@@ -241,31 +242,50 @@ def test_lanes_per_device():
     assert local_devices("cuda", 1, per_gpu=2) == ["cuda:0", "cuda:0"]
 
 
+def _lane(gate: DeviceGate, log: list[str], name: str, stage: str) -> threading.Thread:
+    """A lane's evaluation in a thread: it enters `stage` on the gate, logs `name` once in, and ends."""
+    def run():
+        holder = Holder(gate)
+        holder.on_stage(stage)
+        log.append(name)
+        holder.release()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_timing_waits_for_the_lanes_sharing_its_device_and_goes_before_new_stages():
     gate, log = DeviceGate(), []
     checking = Holder(gate)
     checking.on_stage("check")  # one lane checks on the device
 
-    def lane(name: str, stage: str) -> threading.Thread:
-        def run():
-            holder = Holder(gate)
-            holder.on_stage(stage)
-            log.append(name)
-            holder.release()
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
-
-    timing = lane("timing", "timing")
+    timing = _lane(gate, log, "timing", "timing")
     time.sleep(0.3)
     assert timing.is_alive() and log == []  # a timing never starts beside another lane's stage
-    later = lane("later check", "build")
+    later = _lane(gate, log, "later check", "build")
     time.sleep(0.3)
     assert later.is_alive() and log == []  # a stage that starts meanwhile waits for the timing
     checking.release()
     timing.join(5)
     later.join(5)
     assert log == ["timing", "later check"]
+
+
+def test_a_timings_processes_end_beside_other_lanes_checks_but_not_beside_a_timing():
+    gate, log = DeviceGate(), []
+    timed = Holder(gate)
+    timed.on_stage("timing")
+    timed.on_stage(CLOSING)  # its processes end now: a shared hold
+
+    checking = _lane(gate, log, "check", "check")
+    checking.join(5)
+    assert log == ["check"]  # not held back by the ending processes
+    timing = _lane(gate, log, "timing", "timing")
+    time.sleep(0.3)
+    assert timing.is_alive() and log == ["check"]  # a timing waits until they have ended
+    timed.release()
+    timing.join(5)
+    assert log == ["check", "timing"] and not gate.sharing and not gate.timing
 
 
 def test_kernelbench_entry_of_a_timed_pass():

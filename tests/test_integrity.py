@@ -163,6 +163,17 @@ def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
     assert result.timing["checked_outputs"] >= 2
 
 
+def test_a_replay_after_the_first_few_hundred_timed_calls_is_checked(fast):
+    """512 timed calls, the last ~300 replayed: the checks reach every doubling of the measurement
+    (measure.CheckSchedule), so some land among the replayed calls. Checks drawn one by one with probability
+    1/8 up to 16 had all been spent on the first ~130 calls in 97 of 100 such runs."""
+    long = {**SHORT_TIMING, "min_runs": 512, "max_runs": 512}
+    result = api.evaluate(SEED, INTEGRITY / "replay_late.py", fast.replace(timing=long, probes=False))
+    assert all(t.passed for t in result.trials)
+    assert_caught(result, "timed-output-mismatch")
+    assert "impossible-speed" not in codes(result)  # its time is a real pass over the input: only a check sees it
+
+
 def test_honest_timing_control(fast):
     result = judge(fast, "@pytorch", timing=CHECKED_TIMING)
     assert_clean(result)

@@ -178,14 +178,14 @@ def test_hidden_recheck_passes_an_honest_candidate(fast):
     assert hidden[0].message == "hidden re-check: (5 / 5) trials passed"
 
 
-# --- timed outputs: the checks drawn at random, beyond the guaranteed ones -------------------------------
+# --- timed outputs: checks in every doubling of the measurement, beyond the guaranteed ones --------------
 
 
 @pytest.mark.parametrize("offset_percent, tolerance", [(50, None), (200, 3e-4)], ids=["default", "user-tolerance"])
 def test_timed_outputs_are_checked_beyond_the_guaranteed_positions(fast, offset_percent, tolerance):
-    """200 timed calls, each checked with probability 1/8 besides GUARANTEED_CHECKS at secret positions:
-    that no call outside those is drawn has odds (7/8)^198, about 3e-12. The timed checks use the user's
-    tolerance: outputs off by twice the default bound pass every check at --atol/--rtol 3e-4."""
+    """200 timed calls: the schedule's checks in each of the spans [0, 16), [16, 32), ... [128, 256)
+    (measure.CheckSchedule), more than the GUARANTEED_CHECKS a short measurement gets. The timed checks use
+    the user's tolerance: outputs off by twice the default bound pass every check at --atol/--rtol 3e-4."""
     from kerneljudge.stages import measure
 
     timing = {"enabled": True, "baselines": False, "min_runs": 200, "max_runs": 200, "target_rel_sem": 0.0,

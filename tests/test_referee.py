@@ -6,6 +6,8 @@ does not reach them; what its worker claims about time is checked against the ju
 
 from __future__ import annotations
 
+import json
+import random
 import time
 import types
 
@@ -17,6 +19,8 @@ from kerneljudge import api
 from kerneljudge.proc import deviceshare, perturb
 from kerneljudge.proc.inputs import make_inputs
 from kerneljudge.proc.timed import TimedModel
+from kerneljudge.options import TimingOptions
+from kerneljudge.referee import compare
 from kerneljudge.stages import measure
 from kerneljudge.stages.context import fingerprints_agree
 from kerneljudge.stages.measure import CPU_FLUSH_REST_MS, Pacer, RemoteTimer
@@ -402,16 +406,21 @@ class _WatchedProcess:
         return {"samples_ms": [1.0] * request.count, "unjoined": []}
 
 
-class _AlwaysChoose:
-    def random(self) -> float:
-        return 0.0
+class _FirstPositions(random.Random):
+    """A schedule's chooser that takes each span's first positions."""
+
+    def sample(self, population, k):
+        return list(population)[:k]
 
 
 def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checked():
     clock = {"ms": 0.0}
     process = _WatchedProcess(clock)
     timer = RemoteTimer(process, 8, lambda: clock["ms"], watch_delay_ms=3.0)
-    timer.chooser = _AlwaysChoose()
+    timer.time_calls([IterationCall(lambda i: None, i) for i in range(8)])  # the warm-up: nothing watched
+    assert process.requests.pop(0).watch == [] and timer.slacks_ms == [(10.0 - 8.0) / 8]
+    timer.slacks_ms.clear()
+    timer.watches = measure.CheckSchedule(first=16, per_span=16, chooser=_FirstPositions())
     calls = [IterationCall(lambda i: None, i) for i in range(8)]
     timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
     timer.time_calls(calls)
@@ -444,3 +453,76 @@ def test_the_judge_rests_before_each_timed_request_outside_the_time_it_measures(
     clock["ms"] += 2 * CPU_FLUSH_REST_MS  # the judge was busy longer than the rest (checking an output)
     candidate.time_calls([IterationCall(lambda i: None, 1)])
     assert len(slept) == 2
+
+
+def _received(*tensors: torch.Tensor) -> compare.Received:
+    facts = [{"exact": True, "device": str(t.device)} for t in tensors]
+    return compare.Received("tensor" if len(tensors) == 1 else "tuple", facts, list(tensors))
+
+
+@pytest.mark.parametrize("case", ["close", "one-nan", "one-inf", "special-alike", "inf-for-finite", "far",
+                                  "imprecise-reference", "second-output-off"])
+def test_a_verdict_only_comparison_decides_as_the_full_one(case):
+    """A timed output's check and a probe's compare for the verdict alone (compare.compare verdict_only): the
+    verdict and the findings must be those of the full comparison, whatever the output holds."""
+    g = torch.Generator().manual_seed(7)
+    truth = torch.randn(3, 70_000, generator=g, dtype=torch.float64)  # several blocks of CLOSE_BLOCK on a CPU
+    reference = truth.float()
+    out = reference.clone()
+    if case == "one-nan":
+        out[1, 5] = float("nan")
+    elif case == "one-inf":
+        out[2, 69_999] = float("inf")
+    elif case in ("special-alike", "inf-for-finite"):
+        truth[0, :3] = torch.tensor([float("inf"), float("-inf"), float("nan")], dtype=torch.float64)
+        reference = truth.float()
+        out = reference.clone()
+        if case == "inf-for-finite":
+            out[0, 0] = 1.0  # a number where the truth is +inf
+    elif case == "far":
+        out[0, 100] += 1.0
+    elif case == "imprecise-reference":  # the native reference misses float64: the candidate is held to it
+        reference = (truth + 1e-3).float()
+        out = reference.clone()
+    second_truth = truth[:, :10].contiguous()
+    second = second_truth.float()
+    if case == "second-output-off":
+        second[0, 0] += 1.0
+    received, native, truths = _received(out, second), (reference, second_truth.float()), (truth, second_truth)
+    full = compare.compare(4, received, native, truths, 1e-4, 1e-4)
+    quick = compare.compare(4, received, native, truths, 1e-4, 1e-4, verdict_only=True)
+    assert quick.trial.passed == full.trial.passed
+    assert [(f.code, f.message) for f in quick.findings] == [(f.code, f.message) for f in full.findings]
+    expected = case in ("close", "special-alike", "imprecise-reference")
+    assert full.trial.passed is expected, (case, full.trial.message)
+    if expected and case != "imprecise-reference":  # passed at once: no figures computed
+        assert quick.trial.max_abs_err is None and quick.trial.mismatched == 0
+        assert quick.trial.elements == out.numel() + second.numel()
+    else:  # the full comparison's trial: its figures and message (a NaN among them: compared as JSON)
+        assert json.dumps(quick.trial.to_json()) == json.dumps(full.trial.to_json())
+
+
+@pytest.mark.parametrize("max_runs", [24, 200, 1000, 5000])
+def test_timed_checks_reach_every_doubling_of_the_measurement(max_runs):
+    """The checked calls (measure.CheckSchedule, the default checked_calls): at most that many, a few in each
+    doubling span of the measured calls, so a replay that starts anywhere and takes half of the calls or
+    more (enough to move the median) meets checks, however long the measurement runs."""
+    budget = TimingOptions().checked_calls
+    for _ in range(40):
+        schedule = measure.CheckSchedule.planned(budget, max_runs, random.SystemRandom())
+        checked = [p for p in range(max_runs) if schedule.wants(p)]
+        assert 2 <= len(checked) <= budget, checked
+        for end in (max_runs, max_runs // 2, 3 * max_runs // 4):  # wherever the stop rule ends it
+            replayed = [p for p in checked if p >= end // 2 and p < end]
+            spans_inside = [start for start in schedule.drawn if end // 2 <= start and 2 * start <= end]
+            # a whole span among the replayed calls: all its checks land there
+            assert len(replayed) >= schedule.per_span * len(spans_inside)
+    schedule = measure.CheckSchedule.planned(budget, 1000, random.SystemRandom())
+    assert schedule.per_span >= 3 and [p for p in range(500, 1000) if schedule.wants(p)]  # the last span's own
+
+
+def test_a_few_checks_asked_are_spread_over_longer_spans():
+    schedule = measure.CheckSchedule.planned(3, 1000, random.SystemRandom())
+    assert (schedule.first, schedule.per_span) == (250, 1)
+    assert len([p for p in range(1000) if schedule.wants(p)]) == 3
+    assert measure.CheckSchedule.planned(0, 1000, random.SystemRandom()).wants(5) is False

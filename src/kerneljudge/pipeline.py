@@ -17,7 +17,7 @@ import os
 import secrets
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +30,7 @@ from kerneljudge.memtally import MemoryTally
 from kerneljudge.options import Options, check_device
 from kerneljudge.problem import load_problem
 from kerneljudge.problemlint import judge as problemlint
-from kerneljudge.progress import ProgressEvent, ProgressObserver, ignore
+from kerneljudge.progress import CLOSING, ProgressEvent, ProgressObserver, ignore
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
 from kerneljudge.stages import check, measure, probe
 from kerneljudge.stages import memory as memory_stage
@@ -186,10 +186,14 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines,
                       tally=MemoryTally("cuda" if device.startswith("cuda") else "cpu"))
     worker.tally = referee.tally = judging.tally
+    closing: dict[str, float] = {}
     try:
-        with together(worker, referee), memory_stage.reported(judging, run.memory):
+        with ExitStack() as processes:
             problem_data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
             with run.stage("worker", "starting the worker and the referee (they import torch)", worker, referee):
+                for context in (together(worker, referee), memory_stage.reported(judging, run.memory),
+                                _closing(run, closing)):  # a process not pre-started starts here
+                    processes.enter_context(context)
                 # both take the device at once (a GPU's context: a quarter of a second each); the referee then
                 # tries the worker's shared probe, a second ping that finds its device taken
                 started = referee.submit(first_ping(worker_options, device, REFEREE))
@@ -238,12 +242,24 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
         judging.findings.append(failure.finding)
         run.output_tail = failure.output_tail
     finally:
+        if closing:  # the memory report and the processes' end
+            run.stage_ms[CLOSING] = round(run.clock_ms() - closing["at_ms"], 3)
         _sandbox_checks(run, worker, judging)
         _collect(run, judging)
         if run.blocked and run.output_tail is None:
             run.output_tail = worker.output_tail() or None
         if pool is not None:
             pool.fill(worker_options, device)  # the next processes start now, not during this evaluation's measurements
+
+
+@contextmanager
+def _closing(run: Run, closing: dict[str, float]):
+    """Say when the stages are over and the processes are about to end, however they ended, and when."""
+    try:
+        yield
+    finally:
+        run.on_progress(ProgressEvent(CLOSING, "ending the worker and the referee"))
+        closing["at_ms"] = run.clock_ms()
 
 
 @contextmanager

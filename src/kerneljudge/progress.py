@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 MESSAGE_CHARS = 160  # a worker's message is cut to this length
+#: The stage of an evaluation's last event: its processes end (a batch lane's gate shares the device then).
+CLOSING = "closing"
 
 
 @dataclass(frozen=True)

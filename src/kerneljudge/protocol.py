@@ -174,6 +174,7 @@ class Compare(Request):
     truth, tolerance), "kernelbench" (allclose on the native reference), "timed" (strict, no float64),
     "range" (float64 truth, atol relative to the output's magnitude; instead of a trial, `skipped` with
     the reason where the reference overflows or is ill-conditioned there: referee/ranges.py).
+    `verdict_only`: a passing output's trial without its figures, and no unwritten count (compare.compare).
     Reply: trial, findings, unwritten (outputs NaN where the reference is not)."""
     op: ClassVar[str] = "compare"
     seed: int
@@ -184,6 +185,7 @@ class Compare(Request):
     rtol: float | None = None
     rule: str = "strict"
     keep: bool = False  # keep the expectation for another Compare of the same seed
+    verdict_only: bool = False
 
 
 @request

@@ -6,7 +6,9 @@ asks for the timing waits until no other lane's stage is running, and stages tha
 for the timing to end (a waiting timing goes first, so it is never starved). So the stages of the next
 candidates overlap with each other, and with nothing of a timing. The lane learns where its evaluation
 is from the pipeline's progress events (`Holder.on_stage`), which the pipeline sends at the start of each
-stage and before it takes the timing lock.
+stage and before it takes the timing lock. When the evaluation's processes end ("closing"), a timing's hold
+becomes a shared one at once: the other lanes' checks go on beside the ending of its processes (150-300 ms on
+the H200: the referee's and the worker's exit, their CUDA contexts freed), a timing still waits for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import Callable
+
+from kerneljudge.progress import CLOSING
 
 #: Stages of an evaluation that run nothing on the device.
 HOST_ONLY = frozenset({"load"})
@@ -63,6 +67,13 @@ class DeviceGate:
             self.timing = False
             self.condition.notify_all()
 
+    def share_after_timing(self) -> None:
+        """The timing's hold becomes a shared one without a wait (a waiting timing still waits for it)."""
+        with self.condition:
+            self.timing = False
+            self.sharing += 1
+            self.condition.notify_all()
+
 
 class Holder:
     """One evaluation's hold on a gate, moved along by its stages; `release` when the evaluation ends.
@@ -78,7 +89,10 @@ class Holder:
         if stage == self.stage or stage in HOST_ONLY:
             return
         self.stage = stage
-        if stage == "timing" and self.held != "timing":
+        if stage == CLOSING and self.held == "timing":
+            self.gate.share_after_timing()
+            self.held = "shared"
+        elif stage == "timing" and self.held != "timing":
             self.release()
             self.on_wait(self.gate.take())
             self.held = "timing"

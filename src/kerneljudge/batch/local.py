@@ -24,6 +24,7 @@ architecture, so their cache keys are the ones the lanes' imports look up.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -100,13 +101,19 @@ class LocalLane:
 
     def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
         options = job.options.replace(device=self.device, store_path=None)
-        holder = Holder(self.gate, on_wait=self._not_counted)
+        waits_ms = {"gate-wait": 0.0, "spares-wait": 0.0}
+
+        def waited(what: str, seconds: float) -> None:
+            waits_ms[what] += seconds * 1e3
+            self._not_counted(seconds)
+
+        holder = Holder(self.gate, on_wait=lambda seconds: waited("gate-wait", seconds))
         started = {"done": False, "settled": False}
 
         def observe(event: ProgressEvent) -> None:
             if self.prestart and started["done"] and event.stage == "timing" and not started["settled"]:
                 started["settled"] = True  # no spare still importing torch beside the timing (module docstring)
-                self._not_counted(self.pool.settle())
+                waited("spares-wait", self.pool.settle())
             holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
@@ -115,10 +122,12 @@ class LocalLane:
             on_progress(event)
 
         try:
-            return pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
-                                     on_progress=observe, baselines=self.baselines)
+            result = pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
+                                       on_progress=observe, baselines=self.baselines)
         finally:
             holder.release()
+        # the lane's waits are this candidate's time on the lane too (the batch's accounts: benchmarks/)
+        return dataclasses.replace(result, stage_ms={**result.stage_ms, **{k: round(v, 3) for k, v in waits_ms.items()}})
 
     def _not_counted(self, waited_s: float) -> None:
         """Time spent waiting for the device's other lanes is not the candidate's (its worker's time limit)."""

@@ -176,10 +176,12 @@ class Referee:
         else:
             atol, rtol = compare.tolerance(kept.expected, request.atol, request.rtol)
             truth = kept.expected64 if request.rule == "strict" else None
-            result = compare.compare(request.index, received, kept.expected, truth, atol, rtol)
-        unwritten = compare.unwritten(received, kept.expected)
-        return {"trial": result.trial.to_json(), "findings": [f.to_json() for f in findings + result.findings],
-                "unwritten": unwritten}, []
+            result = compare.compare(request.index, received, kept.expected, truth, atol, rtol,
+                                     verdict_only=request.verdict_only)
+        reply = {"trial": result.trial.to_json(), "findings": [f.to_json() for f in findings + result.findings]}
+        if not request.verdict_only:
+            reply["unwritten"] = compare.unwritten(received, kept.expected)
+        return reply, []
 
     def compare_pair(self, request: protocol.ComparePair, blobs: list) -> Reply:
         first = self._received(request.first, blobs)

@@ -87,12 +87,13 @@ class Judging:
         return self.take(self.worker.call(request, drawn["_blobs"]), stage)
 
     def compare(self, seed: int, index: int, reply: dict[str, Any], stage: str, *, rule: str = "strict",
-                inputs: bool = False, keep: bool = False) -> tuple[Trial, list[Finding], int]:
-        """The referee's comparison of a worker's output with the kept expectation of `seed`."""
+                inputs: bool = False, keep: bool = False, verdict_only: bool = False) -> tuple[Trial, list[Finding], int]:
+        """The referee's comparison of a worker's output with the kept expectation of `seed` (`verdict_only`: a
+        passing trial without figures, and no unwritten count: protocol.Compare)."""
         check = self.options.check
         answer = self.referee.call(protocol.Compare(seed, index, reply["output"],
                                                     reply.get("inputs_after") if inputs else None,
-                                                    check.atol, check.rtol, rule, keep), reply["_blobs"])
+                                                    check.atol, check.rtol, rule, keep, verdict_only), reply["_blobs"])
         if answer.get("error"):
             self.take(answer, stage)  # a referee fault ends the stage
         findings = [_finding(f, stage) for f in answer.get("findings") or []]

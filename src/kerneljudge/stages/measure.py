@@ -28,16 +28,17 @@ from kerneljudge.stages.context import Judging, StageEnded
 STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
-CHECK_PROBABILITY = 0.125  # each timed call is checked with this probability, up to `checked_calls`
-WATCH_PROBABILITY = 0.0625  # GPU: each timed call's stream order is read with this probability ...
-WATCHED_CALLS = 6  # ... up to this many per measurement (each read is a copy of the output inside its call)
+# Which measured calls' outputs are checked (CheckSchedule): a few in each doubling span of the calls
+CHECK_SPAN_FIRST = 16  # the first span: measured calls [0, 16), then [16, 32), [32, 64), ...
+WATCHED_CALLS = 6  # GPU: measured calls whose stream order is read, spread like the checks (CheckSchedule; each
+# read is a copy of the output inside its call)
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
 # long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
 # bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
-GUARANTEED_CHECKS = 2
+GUARANTEED_CHECKS = 2  # at least this many (the last calls' outputs when the budget ends the timing early)
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
 # ... and this many more when the first rounds' excess is over the tolerance, the decision then taken on all of
@@ -103,6 +104,42 @@ class Pacer:
             self.sleep_s(wait_ms / 1e3)
 
 
+@dataclass
+class CheckSchedule:
+    """Which measured calls have their outputs checked, drawn in secret: `per_span` positions in each span of
+    the calls [0, first), [first, 2 first), [2 first, 4 first), ..., drawn when the measurement reaches the
+    span. Every doubling of the measurement has its checks, however long it runs: a candidate that computes
+    for a while and then replays (catalog row 5) is checked among the calls it replays wherever it starts,
+    and to move the median it must replay at least half of them. (Each call drawn with one probability up
+    to a total spent the checks on the first ~130 of 1,000 calls: a replay after them went unchecked.)"""
+
+    first: int
+    per_span: int
+    chooser: random.Random
+    drawn: dict[int, set[int]] = field(default_factory=dict)  # a span's start -> its positions
+
+    @classmethod
+    def planned(cls, checked_calls: int, max_runs: int, chooser: random.Random) -> "CheckSchedule":
+        """At most `checked_calls` checks over `max_runs` calls: as many per span as that allows over the
+        spans from CHECK_SPAN_FIRST, or one per span in fewer, longer spans where it allows less."""
+        spans = 1 + max(0, math.ceil(math.log2(max(max_runs, 1) / CHECK_SPAN_FIRST)))
+        if checked_calls >= spans:
+            return cls(CHECK_SPAN_FIRST, checked_calls // spans, chooser)
+        return cls(math.ceil(max_runs / 2 ** max(checked_calls - 1, 0)), min(checked_calls, 1), chooser)
+
+    def wants(self, position: int) -> bool:
+        start, end = self.span(position)
+        if start not in self.drawn:
+            self.drawn[start] = set(self.chooser.sample(range(start, end), min(self.per_span, end - start)))
+        return position in self.drawn[start]
+
+    def span(self, position: int) -> tuple[int, int]:
+        if position < self.first:
+            return 0, self.first
+        start = self.first << ((position // self.first).bit_length() - 1)  # first x the power of 2 at or below
+        return start, 2 * start
+
+
 class RemoteTimer:
     """A `timing.CallTimer` whose calls run in another process, a batch per request, each request timed by
     the judge's clock (after the pacer's rest). `before(i)` may leave a refill seed in `refills` for call i."""
@@ -115,12 +152,13 @@ class RemoteTimer:
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
         self.findings: list[Finding] = []
-        # the candidate's timed calls watched from inside its batches (worker/watch.py), chosen here in secret
-        # among the calls that get new inputs (each is checked: see _measure); what the worker saw
+        # the candidate's measured calls watched from inside their batches (worker/watch.py), chosen here in
+        # secret by `watches` (set when the measurement starts) among the calls that get new inputs (each is
+        # checked: see _measure); what the worker saw
         self.watch_left = WATCHED_CALLS if watch_delay_ms is not None else 0
         self.watch_delay_ms = watch_delay_ms or 0.0
+        self.watches: CheckSchedule | None = None
         self.watched: set[int] = set()
-        self.chooser = random.SystemRandom()
         self.threads: list[str] = []
         self.unjoined: list[int] = []
 
@@ -135,7 +173,7 @@ class RemoteTimer:
         self.next_call = max(self.next_call, first + count)
         refills = {str(i): self.refills.pop(i) for i in range(first, first + count) if i in self.refills}
         watch = [i for i in range(first, first + count)
-                 if str(i) in refills and self.chooser.random() < WATCH_PROBABILITY][:self.watch_left]
+                 if str(i) in refills and self.watches is not None and self.watches.wants(i)][:self.watch_left]
         self.watch_left -= len(watch)
         self.watched.update(watch)
         self.pacer.rest()
@@ -231,13 +269,11 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     # enough batches for the cross-check's medians, where the budget allows
     least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + timer.watch_left) * timer.batch)  # watched ones left out
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
-    chooser = random.SystemRandom()
     # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
-    # besides the checks drawn with CHECK_PROBABILITY, GUARANTEED_CHECKS at secret positions among the first
-    # calls after the warm-up (the warm-up may run more calls than warmup_runs: it lasts warmup_ms too); a
-    # measurement that the budget ends before those positions checks its last calls instead (below)
-    forced = set(chooser.sample(range(max(opts.min_runs, GUARANTEED_CHECKS)), GUARANTEED_CHECKS)) if check else set()
+    # the measured calls checked (a measurement that the budget ends before GUARANTEED_CHECKS of them checks its
+    # last calls instead, below); the warm-up's calls are not
+    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom())
 
     def before(i: int) -> None:
         k = i % sets
@@ -260,8 +296,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         position = checked["measured"]
         if position is not None:
             checked["measured"] += 1
-        drawn = position in forced or chooser.random() < CHECK_PROBABILITY
-        if check and (i in timer.watched or (checked["n"] < opts.checked_calls and drawn)):
+        if check and (i in timer.watched or (position is not None and schedule.wants(position))):
             check_output(i, measured=position is not None)
 
     def check_output(i: int, measured: bool) -> None:
@@ -275,6 +310,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     def measuring() -> None:
         timer.slacks_ms.clear()  # the cross-check keeps the measured batches only
         checked["measured"] = 0
+        if timer.watch_left:
+            timer.watches = CheckSchedule.planned(timer.watch_left, stop.max_runs, random.SystemRandom())
 
     try:
         measured = timing.measure(_nothing, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
@@ -329,7 +366,7 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     if exported.get("reused") is True:
         return  # a later call of the batch wrote into this output (the output-alias probe's finding)
     j.draw(seed, STAGE, timed=True)
-    trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed")
+    trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed", verdict_only=True)
     if not trial.passed:
         how = (" (its inputs were written in the caller's stream order just before it, after a wait: work that does "
                "not wait for the caller's stream read the old ones)") if watched else ""

@@ -31,7 +31,7 @@ def _check_again(j: Judging, label: str, **flags) -> str | None:
     """Draw, call, compare: the failed comparison's message, or None when the output matches."""
     seed = _seed(j, label)
     reply = j.forward(j.draw(seed, STAGE), STAGE, **flags)
-    trial, findings, _ = j.compare(seed, 0, reply, STAGE)
+    trial, findings, _ = j.compare(seed, 0, reply, STAGE, verdict_only=True)
     return None if trial.passed else (trial.message or "; ".join(f.message for f in findings) or "outputs differ")
 
 
