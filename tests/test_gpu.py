@@ -64,6 +64,17 @@ def test_side_stream_only_while_timed_is_seen_by_the_watched_timed_calls(on_gpu)
     assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")  # the probes see an honest one
 
 
+def test_one_buffer_for_a_batchs_calls_while_timed_fails(on_gpu):
+    """Honest through the trials and the probes, then one output buffer for all the calls of a timed batch, only
+    the last computed: the overwritten outputs fail as `output-alias` (as the repeat probe fails a buffer
+    returned again), or as a wrong output where it computed on another set than the batch's last."""
+    result = api.evaluate(SEED, GPU / "reuse_while_timed.py", on_gpu.replace(timing=SHORT_TIMING))
+    verdict, failing = outcome(result)
+    assert verdict == "fail" and failing & {"output-alias", "timed-output-mismatch"}, [
+        (f.code, f.message) for f in result.findings]
+    assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")  # the probes see an honest one
+
+
 def test_shipped_cuda_solution_passes_strict_with_timing(on_gpu):
     result = api.evaluate(SEED, suite.shipped_solutions(suite.find_builtin(SEED).name)["cuda"],
                           on_gpu.replace(timing=SHORT_TIMING))

@@ -20,8 +20,8 @@ RELU = "level1/19"
 
 # Timing on, but short: a few hundred ms per timed function, no baselines (torch.compile on a CPU is slow).
 # A fixed count of timed calls: no convergence, and a budget the count always reaches first, so what the
-# tests count does not depend on the machine's load. Each timed output is checked with probability 1/8:
-# where a test needs checked outputs, 200 calls (fewer than 2 checked has odds under 1e-10).
+# tests count does not depend on the machine's load. The timed outputs checked are drawn call by call
+# (measure.CheckSchedule; 2 among the first calls always): where a test needs checked outputs, 200 calls.
 TIMED_CALLS = 24
 SHORT_TIMING = {"enabled": True, "baselines": False, "min_runs": TIMED_CALLS, "max_runs": TIMED_CALLS,
                 "target_rel_sem": 0.0, "min_time_ms": 0.0, "budget_ms": 1e7}
@@ -164,10 +164,12 @@ def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
 
 
 def test_a_replay_after_the_first_few_hundred_timed_calls_is_checked(fast):
-    """512 timed calls, the last ~300 replayed: the checks reach every doubling of the measurement
-    (measure.CheckSchedule), so some land among the replayed calls. Checks drawn one by one with probability
-    1/8 up to 16 had all been spent on the first ~130 calls in 97 of 100 such runs."""
-    long = {**SHORT_TIMING, "min_runs": 512, "max_runs": 512}
+    """512 timed calls (the 2 guaranteed checks among the first 10), the last ~270 replayed: the checks reach
+    every doubling of the measurement (measure.CheckSchedule), so some land among the replayed calls (about 11
+    expected at 64 checks, none with odds near 1e-5). Checks drawn one by one with probability 1/8 up to a total
+    were all spent on the first calls (~130 at 16, ~190 at 24), as the mutant `timed-checks-first-span-only`
+    spends them."""
+    long = {**SHORT_TIMING, "min_runs": 10, "max_runs": 512, "checked_calls": 64}
     result = api.evaluate(SEED, INTEGRITY / "replay_late.py", fast.replace(timing=long, probes=False))
     assert all(t.passed for t in result.trials)
     assert_caught(result, "timed-output-mismatch")

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import CANDIDATES, SEED, codes
 
-from kerneljudge import api
+from kerneljudge import api, protocol
 from kerneljudge.proc import deviceshare, perturb
 from kerneljudge.proc.inputs import make_inputs
 from kerneljudge.proc.timed import TimedModel
@@ -406,11 +406,9 @@ class _WatchedProcess:
         return {"samples_ms": [1.0] * request.count, "unjoined": []}
 
 
-class _FirstPositions(random.Random):
-    """A schedule's chooser that takes each span's first positions."""
-
-    def sample(self, population, k):
-        return list(population)[:k]
+class _AlwaysChoose(random.Random):
+    def random(self) -> float:
+        return 0.0
 
 
 def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checked():
@@ -420,7 +418,7 @@ def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checke
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(8)])  # the warm-up: nothing watched
     assert process.requests.pop(0).watch == [] and timer.slacks_ms == [(10.0 - 8.0) / 8]
     timer.slacks_ms.clear()
-    timer.watches = measure.CheckSchedule(first=16, per_span=16, chooser=_FirstPositions())
+    timer.watches = measure.CheckSchedule(16, 1.0, frozenset(), _AlwaysChoose())  # every refilled call, up to the cap
     calls = [IterationCall(lambda i: None, i) for i in range(8)]
     timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
     timer.time_calls(calls)
@@ -428,8 +426,9 @@ def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checke
     assert timer.slacks_ms == []  # a watched batch's hold is the judge's time, not the cross-check's
     timer.refills.update({i: 20 + i for i in range(8, 16)})
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(8, 16)])
-    assert process.requests[1].watch == [8, 9, 10, 11]  # at most WATCHED_CALLS in all
-    assert timer.watched == {2, 5, 8, 9, 10, 11}
+    later = list(range(8, 8 + measure.WATCHED_CALLS - 2))  # at most WATCHED_CALLS in all
+    assert process.requests[1].watch == later
+    assert timer.watched == {2, 5, *later}
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(16, 24)])
     assert process.requests[2].watch == [] and process.requests[2].watch_delay_ms == 0.0
     assert timer.slacks_ms == [(10.0 - 8.0) / 8]
@@ -502,27 +501,49 @@ def test_a_verdict_only_comparison_decides_as_the_full_one(case):
         assert json.dumps(quick.trial.to_json()) == json.dumps(full.trial.to_json())
 
 
-@pytest.mark.parametrize("max_runs", [24, 200, 1000, 5000])
+@pytest.mark.parametrize("max_runs", [200, 1000, 5000])
 def test_timed_checks_reach_every_doubling_of_the_measurement(max_runs):
-    """The checked calls (measure.CheckSchedule, the default checked_calls): at most that many, a few in each
-    doubling span of the measured calls, so a replay that starts anywhere and takes half of the calls or
-    more (enough to move the median) meets checks, however long the measurement runs."""
-    budget = TimingOptions().checked_calls
-    for _ in range(40):
-        schedule = measure.CheckSchedule.planned(budget, max_runs, random.SystemRandom())
+    """The checked calls (measure.CheckSchedule, at the default checked_calls): drawn call by call, about the
+    same number in each doubling span of the measured calls however long the timing runs, so a replay of its
+    later half (enough to move the median) meets checks: about 4 at 1,000 calls, none with odds near e^-4."""
+    opts = TimingOptions()
+    counts, missed, trials = [], 0, 400
+    for _ in range(trials):
+        schedule = measure.CheckSchedule.planned(opts.checked_calls, max_runs, random.SystemRandom(),
+                                                 at_least_per_span=measure.CHECKS_PER_SPAN_AT_LEAST,
+                                                 forced=measure.GUARANTEED_CHECKS, forced_within=opts.min_runs)
         checked = [p for p in range(max_runs) if schedule.wants(p)]
-        assert 2 <= len(checked) <= budget, checked
-        for end in (max_runs, max_runs // 2, 3 * max_runs // 4):  # wherever the stop rule ends it
-            replayed = [p for p in checked if p >= end // 2 and p < end]
-            spans_inside = [start for start in schedule.drawn if end // 2 <= start and 2 * start <= end]
-            # a whole span among the replayed calls: all its checks land there
-            assert len(replayed) >= schedule.per_span * len(spans_inside)
-    schedule = measure.CheckSchedule.planned(budget, 1000, random.SystemRandom())
-    assert schedule.per_span >= 3 and [p for p in range(500, 1000) if schedule.wants(p)]  # the last span's own
+        assert schedule.forced <= set(checked) and all(p < opts.min_runs for p in schedule.forced)
+        later = [p for p in checked if p >= max_runs // 2]
+        counts.append((len(checked), len(later)))
+        missed += not later
+    total, later = (sum(c[k] for c in counts) / trials for k in (0, 1))
+    assert 0.6 * opts.checked_calls <= total <= 1.3 * opts.checked_calls, total
+    assert later >= 2.5 and missed / trials <= 0.1, (later, missed)
 
 
-def test_a_few_checks_asked_are_spread_over_longer_spans():
-    schedule = measure.CheckSchedule.planned(3, 1000, random.SystemRandom())
-    assert (schedule.first, schedule.per_span) == (250, 1)
-    assert len([p for p in range(1000) if schedule.wants(p)]) == 3
-    assert measure.CheckSchedule.planned(0, 1000, random.SystemRandom()).wants(5) is False
+def test_a_schedule_expects_at_least_its_floor_in_every_span_and_none_when_asked_for_none():
+    long = measure.CheckSchedule.planned(8, 10**6, random.SystemRandom(), at_least_per_span=3.0)
+    assert long.per_span == 3.0  # 8 spread over 17 spans would be under one per span
+    assert not any(measure.CheckSchedule.planned(0, 1000, random.SystemRandom()).wants(p) for p in range(1000))
+    short = [measure.CheckSchedule.planned(32, 16, random.SystemRandom()) for _ in range(500)]
+    drawn = sum(schedule.wants(p) for schedule in short for p in range(16)) / (16 * 500)
+    assert short[0].per_span == 32.0 and 0.2 <= drawn <= 0.3  # at most a quarter of a span's calls
+
+
+class _ExportingWorker:
+    """A GPU worker whose timed outputs were all overwritten by a later call of their batch."""
+
+    def call(self, request):
+        assert isinstance(request, protocol.ExportOutput)
+        return {"reused": True, "output": {"kind": "tensor"}}
+
+
+def test_a_timed_output_overwritten_within_its_batch_fails_as_output_alias():
+    """GPU batches: a candidate that returns one buffer for every call of a batch while timed leaves only the
+    batch's last output to check; the overwritten ones are the repeat probe's `output-alias`, said once."""
+    judging = types.SimpleNamespace(findings=[], worker=_ExportingWorker(), take=lambda reply, stage: reply, info={})
+    measure._check_timed_output(judging, 5, seed=1, watched=False)
+    measure._check_timed_output(judging, 6, seed=2, watched=True)
+    assert [(f.code, f.severity, f.stage, f.details["call"]) for f in judging.findings] == [
+        ("output-alias", "fail", "timing", 5)]

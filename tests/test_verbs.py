@@ -53,8 +53,8 @@ def test_api_submit_runs_a_hidden_recheck_without_showing_it(fast):
 
 def test_api_bench_times_against_the_eager_baseline(fast):
     # a fixed count of timed calls, whatever the machine's load: two of them at least are checked (at
-    # positions drawn among the first min_runs, stages/measure.py: GUARANTEED_CHECKS), others with
-    # probability 1/8
+    # positions drawn among the first min_runs, stages/measure.py: GUARANTEED_CHECKS), others drawn call by
+    # call (CheckSchedule)
     fixed = {"min_runs": 24, "max_runs": 24, "target_rel_sem": 0.0, "budget_ms": 1e7, "compile_baseline": False}
     result = api.bench(SEED, CORRECT, fast, timing=fixed)
     assert result.verdict == "pass"

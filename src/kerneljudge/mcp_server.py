@@ -73,8 +73,8 @@ _PROTOCOL = (
 )
 _TIMING = (
     f"Timing: {TimingOptions.warmup_runs} warm-up calls, then timed calls rotating among "
-    f"{TimingOptions.input_sets} input sets refilled with new values each round (up to "
-    f"{TimingOptions.checked_calls} timed outputs, at secret positions, are checked against the reference) until the relative standard error of the mean is below {TimingOptions.target_rel_sem:.1%}, "
+    f"{TimingOptions.input_sets} input sets refilled with new values each round (about "
+    f"{TimingOptions.checked_calls} timed outputs, at secret positions spread over the whole timing, are checked against the reference) until the relative standard error of the mean is below {TimingOptions.target_rel_sem:.1%}, "
     f"with at least {TimingOptions.min_runs} calls and {TimingOptions.min_time_ms:g} ms and at most "
     f"{TimingOptions.budget_ms:g} ms (budget_ms) per timed function; the reference is timed the same way eagerly "
     "and under torch.compile, giving speedups; times far below the memory-bandwidth floor are flagged."

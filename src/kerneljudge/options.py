@@ -147,9 +147,10 @@ class TimingOptions:
     budget_ms: float = 1000.0
     target_rel_sem: float = 0.005
     input_sets: int = 4  # timed calls rotate among this many input sets
-    # at most this many timed outputs compared with the reference, at secret positions spread over every doubling
-    # of the timed calls (stages/measure.CheckSchedule: 3 in each of 7 spans of a 1,000-call measurement)
-    checked_calls: int = 24
+    # about this many timed outputs compared with the reference over max_runs calls, drawn in secret call by call,
+    # the same number expected in each doubling of the timed calls (stages/measure.CheckSchedule: 4.3 in each of
+    # the 7 spans of a 1,000-call timing, never fewer than 2 per span) besides 2 among the first min_runs
+    checked_calls: int = 32
     cuda_graph: bool = False
     baselines: bool = True  # time the reference eager and under torch.compile
     compile_baseline: bool = True

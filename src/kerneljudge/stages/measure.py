@@ -28,17 +28,24 @@ from kerneljudge.stages.context import Judging, StageEnded
 STAGE = "timing"
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
-# Which measured calls' outputs are checked (CheckSchedule): a few in each doubling span of the calls
+# Which measured calls' outputs are checked (CheckSchedule): drawn call by call, about the same number expected in
+# each doubling span of the calls, and never fewer than this many per span (a replay of the later half of a long
+# timing meets about that many checks)
 CHECK_SPAN_FIRST = 16  # the first span: measured calls [0, 16), then [16, 32), [32, 64), ...
-WATCHED_CALLS = 6  # GPU: measured calls whose stream order is read, spread like the checks (CheckSchedule; each
-# read is a copy of the output inside its call)
+CHECKS_PER_SPAN_AT_LEAST = 3.0  # a replay of a timing's later half then meets none with odds about e^-3 at most
+CHECKED_FRACTION_AT_MOST = 0.25  # of a span's calls (a short timing's spans would otherwise check nearly every call)
+# GPU: measured calls whose stream order is read (each read is a copy of the output inside its call), drawn like
+# the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms)
+WATCHES_EXPECTED = 4
+WATCHED_CALLS = 8
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
 # long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
 # bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
-GUARANTEED_CHECKS = 2  # at least this many (the last calls' outputs when the budget ends the timing early)
+# at secret positions among the first calls (min_runs), and the last batch's outputs when the budget ends it before
+GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
 # ... and this many more when the first rounds' excess is over the tolerance, the decision then taken on all of
@@ -104,34 +111,39 @@ class Pacer:
             self.sleep_s(wait_ms / 1e3)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckSchedule:
-    """Which measured calls have their outputs checked, drawn in secret: `per_span` positions in each span of
-    the calls [0, first), [first, 2 first), [2 first, 4 first), ..., drawn when the measurement reaches the
-    span. Every doubling of the measurement has its checks, however long it runs: a candidate that computes
-    for a while and then replays (catalog row 5) is checked among the calls it replays wherever it starts,
-    and to move the median it must replay at least half of them. (Each call drawn with one probability up
-    to a total spent the checks on the first ~130 of 1,000 calls: a replay after them went unchecked.)"""
+    """Which measured calls have their outputs checked (or, on a GPU, watched), decided in secret call by call:
+    in each doubling span of the measured calls ([0, first), [first, 2 first), [2 first, 4 first), ...) each
+    call with probability `per_span` / the span's length, and the `forced` positions. Every doubling of the
+    measurement expects its checks however long it runs, so a candidate that computes for a while and then
+    replays (catalog row 5) meets checks among the calls it replays wherever it starts; and as each call is
+    drawn alone, the checks seen so far (a checked batch's longer pause can be seen) say nothing of those to
+    come: a fixed count per span would leave the rest of a span free after its last. (Checks drawn with one
+    probability up to a total were spent on the first ~130 of 1,000 calls: a replay after them went unseen.)"""
 
     first: int
-    per_span: int
+    per_span: float
+    forced: frozenset[int]
     chooser: random.Random
-    drawn: dict[int, set[int]] = field(default_factory=dict)  # a span's start -> its positions
 
     @classmethod
-    def planned(cls, checked_calls: int, max_runs: int, chooser: random.Random) -> "CheckSchedule":
-        """At most `checked_calls` checks over `max_runs` calls: as many per span as that allows over the
-        spans from CHECK_SPAN_FIRST, or one per span in fewer, longer spans where it allows less."""
+    def planned(cls, expected: int, max_runs: int, chooser: random.Random, *, at_least_per_span: float = 0.0,
+                forced: int = 0, forced_within: int = 0) -> "CheckSchedule":
+        """About `expected` calls over `max_runs` (the `forced` ones, at secret positions among the first
+        `forced_within`, included), but at least `at_least_per_span` expected in each span however long
+        `max_runs` is; none when `expected` is 0."""
+        if expected <= 0:
+            return cls(CHECK_SPAN_FIRST, 0.0, frozenset(), chooser)
         spans = 1 + max(0, math.ceil(math.log2(max(max_runs, 1) / CHECK_SPAN_FIRST)))
-        if checked_calls >= spans:
-            return cls(CHECK_SPAN_FIRST, checked_calls // spans, chooser)
-        return cls(math.ceil(max_runs / 2 ** max(checked_calls - 1, 0)), min(checked_calls, 1), chooser)
+        forced = min(forced, expected)
+        positions = frozenset(chooser.sample(range(max(forced_within, forced)), forced))
+        return cls(CHECK_SPAN_FIRST, max(at_least_per_span, (expected - forced) / spans), positions, chooser)
 
     def wants(self, position: int) -> bool:
         start, end = self.span(position)
-        if start not in self.drawn:
-            self.drawn[start] = set(self.chooser.sample(range(start, end), min(self.per_span, end - start)))
-        return position in self.drawn[start]
+        chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start))
+        return position in self.forced or self.chooser.random() < chance
 
     def span(self, position: int) -> tuple[int, int]:
         if position < self.first:
@@ -273,7 +285,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
     # the measured calls checked (a measurement that the budget ends before GUARANTEED_CHECKS of them checks its
     # last calls instead, below); the warm-up's calls are not
-    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom())
+    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom(),
+                                     at_least_per_span=CHECKS_PER_SPAN_AT_LEAST, forced=GUARANTEED_CHECKS,
+                                     forced_within=opts.min_runs)
 
     def before(i: int) -> None:
         k = i % sets
@@ -311,7 +325,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         timer.slacks_ms.clear()  # the cross-check keeps the measured batches only
         checked["measured"] = 0
         if timer.watch_left:
-            timer.watches = CheckSchedule.planned(timer.watch_left, stop.max_runs, random.SystemRandom())
+            timer.watches = CheckSchedule.planned(WATCHES_EXPECTED, stop.max_runs, random.SystemRandom())
 
     try:
         measured = timing.measure(_nothing, timer=timer, stop=stop, warmup_runs=opts.warmup_runs,
@@ -363,8 +377,9 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     if any(f.code == "timed-output-mismatch" for f in j.findings):
         return
     exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
-    if exported.get("reused") is True:
-        return  # a later call of the batch wrote into this output (the output-alias probe's finding)
+    if exported.get("reused") is True:  # a later call of its batch returned the same memory: nothing to check
+        _reused_while_timed(j, i)
+        return
     j.draw(seed, STAGE, timed=True)
     trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed", verdict_only=True)
     if not trial.passed:
@@ -372,6 +387,17 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
                "not wait for the caller's stream read the old ones)") if watched else ""
         j.findings.append(Finding.of("timed-output-mismatch", f"timed call {i}{how}: {trial.message}", stage=STAGE,
                                      call=i, watched=watched))
+
+
+def _reused_while_timed(j: Judging, i: int) -> None:
+    """A timed output that a later call of its batch overwrote is what the repeat probe fails as `output-alias`
+    (a call returning memory a previous result still holds), seen while timed: it fails the same way, or the
+    calls whose outputs are overwritten could return anything unchecked (only a batch's last output could be)
+    and time a fraction of the work."""
+    if not any(f.code == "output-alias" for f in j.findings):
+        j.findings.append(Finding.of("output-alias", f"while timed: the output of timed call {i} was overwritten by "
+                                     "a later call of the same batch (memory a previous result still held returned "
+                                     "again)", stage=STAGE, call=i))
 
 
 def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> dict | None:

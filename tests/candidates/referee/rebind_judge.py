@@ -20,7 +20,8 @@ class Poisoned(float):
 compare.tolerance = lambda *args: (Poisoned(1e-4), Poisoned(1e-4))
 compare.compare = lambda index, *args: None
 options.DEFAULT_TOLERANCE["float32"] = Poisoned(1e-4)
-measure.CHECK_PROBABILITY = 0.0
+measure.CheckSchedule.wants = lambda self, position: False
+measure.CHECK_SPAN_FIRST = 10**9
 measure.IMPOSSIBLE_FRACTION = 0.0
 measure.SLACK_TOLERANCE_MS = 1e9
 
