@@ -419,6 +419,7 @@ def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checke
     assert process.requests.pop(0).watch == [] and timer.slacks_ms == [(10.0 - 8.0) / 8]
     timer.slacks_ms.clear()
     timer.watches = measure.CheckSchedule(16, 1.0, frozenset(), _AlwaysChoose())  # every refilled call, up to the cap
+    timer.watch_left = 6
     calls = [IterationCall(lambda i: None, i) for i in range(8)]
     timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
     timer.time_calls(calls)
@@ -426,9 +427,8 @@ def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checke
     assert timer.slacks_ms == []  # a watched batch's hold is the judge's time, not the cross-check's
     timer.refills.update({i: 20 + i for i in range(8, 16)})
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(8, 16)])
-    later = list(range(8, 8 + measure.WATCHED_CALLS - 2))  # at most WATCHED_CALLS in all
-    assert process.requests[1].watch == later
-    assert timer.watched == {2, 5, *later}
+    assert process.requests[1].watch == [8, 9, 10, 11]  # at most watch_left in all (WATCHED_CALLS at the start)
+    assert timer.watched == {2, 5, 8, 9, 10, 11}
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(16, 24)])
     assert process.requests[2].watch == [] and process.requests[2].watch_delay_ms == 0.0
     assert timer.slacks_ms == [(10.0 - 8.0) / 8]

@@ -35,9 +35,12 @@ CHECK_SPAN_FIRST = 16  # the first span: measured calls [0, 16), then [16, 32), 
 CHECKS_PER_SPAN_AT_LEAST = 3.0  # a replay of a timing's later half then meets none with odds about e^-3 at most
 CHECKED_FRACTION_AT_MOST = 0.25  # of a span's calls (a short timing's spans would otherwise check nearly every call)
 # GPU: measured calls whose stream order is read (each read is a copy of the output inside its call), drawn like
-# the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms)
-WATCHES_EXPECTED = 4
-WATCHED_CALLS = 8
+# the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms).
+# A watched call's inputs are the only ones written right before it: a candidate that computes a batch's four
+# outputs at its first call (the sets are refilled before the batch) is seen where a later call is watched, 3 in 4
+# watches, so it goes unseen with odds about e^(-3/4 x WATCHES_EXPECTED), 0.25% at 8
+WATCHES_EXPECTED = 8
+WATCHED_CALLS = 16
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
 # long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
 # bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
@@ -279,7 +282,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms),
                         watch_delay_ms=watch_delay_ms if on_gpu else None)
     # enough batches for the cross-check's medians, where the budget allows
-    least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + timer.watch_left) * timer.batch)  # watched ones left out
+    watches = WATCHES_EXPECTED if timer.watch_left else 0  # watched batches are left out of the cross-check
+    least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + watches) * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
