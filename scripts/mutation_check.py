@@ -170,6 +170,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("timed-reuse-unchecked", "stages/measure.py",
              "        _reused_while_timed(j, i)\n", "",
              (_k(REFEREE, "overwritten_within"),), "a claimed overwrite skipped the check, as before"),
+    Mutation("timed-refill-reseeds", "proc/timed.py",
+             "            with generators_kept(self.device):  # the refill's seeding is not the candidate's to see\n"
+             "                values = make_inputs(self.problem, seed, self.device)",
+             "            values = make_inputs(self.problem, seed, self.device)",
+             (_k(REFEREE, "generators_as"),), "a watched call's refill seen in the generators, as before"),
     Mutation("timed-checks-first-span-only", "stages/measure.py",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start))",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start)) if start == 0 else 0.0",

@@ -78,8 +78,8 @@ def test_one_buffer_for_a_batchs_calls_while_timed_fails(on_gpu):
 def test_outputs_made_at_a_batchs_first_call_are_seen_by_the_watched_calls(on_gpu):
     """Honest through the trials and the probes, then all of a batch's outputs computed at its first call
     (its inputs were all refilled before it): only a watched call's inputs are written right before it, so
-    the watched calls see a result made from old values (`timed-output-mismatch`, 3 in 4 watches; about 8
-    watches, none on a later call with odds near 0.25%)."""
+    the watched calls see a result made from old values (`timed-output-mismatch`, 3 in 4 watches; about 7 watches
+    in its 200 calls, none on a later call with odds near 0.35%)."""
     result = api.evaluate(SEED, GPU / "precompute_batch.py", on_gpu.replace(timing=SHORT_TIMING))
     verdict, failing = outcome(result)
     watched = [f for f in result.findings if f.code == "timed-output-mismatch" and f.details["watched"]]

@@ -197,7 +197,7 @@ def test_timed_outputs_are_checked_beyond_the_guaranteed_positions(fast, offset_
     # (the verdict is not asserted: the cross-check of claimed times can be upset by a loaded machine)
     assert all(t.passed for t in result.trials) and "timed-output-mismatch" not in codes(result)
     assert {t.atol for t in result.trials} == {tolerance or 1e-4}
-    assert measure.GUARANTEED_CHECKS < result.timing["checked_outputs"] <= fast.timing.checked_calls
+    assert measure.GUARANTEED_CHECKS < result.timing["checked_outputs"]  # about checked_calls, drawn call by call
 
 
 # --- the torch.compile baseline's cache ------------------------------------------------------------------

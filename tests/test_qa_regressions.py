@@ -14,7 +14,7 @@ QA = CANDIDATES / "qa"
 RELU = "level1/19"
 
 # The budget ends the timed loop after its first call (no warm-up time, a budget any call exceeds): the
-# schedule's positions among the first 16 calls are never reached (the tests leave it none).
+# guaranteed positions among the first min_runs (10) calls are never reached (the tests leave the schedule none).
 CUT_SHORT = {"enabled": True, "baselines": False, "warmup_runs": 0, "warmup_ms": 0.0, "min_time_ms": 0.0,
              "target_rel_sem": 0.0, "budget_ms": 1e-3}
 

@@ -332,6 +332,27 @@ def test_the_reference_timed_again_gets_new_values_in_the_same_buffers():
     assert len(calls) == 1
 
 
+def test_a_timed_calls_refill_leaves_the_generators_as_the_candidate_left_them():
+    """A timed call's inputs drawn right before it (every call on a CPU, a watched one on a GPU) reseed the
+    generators to draw them; the candidate's next call must not see that (a changed `torch.initial_seed()` told
+    a GPU candidate which call was watched): what it reads of the generators is what its own last call left."""
+    problem = types.SimpleNamespace(get_inputs=lambda: [torch.randn(8, 4)])
+    seen = []
+
+    def candidate(args):
+        seen.append((torch.initial_seed(), random.getstate()[1][:4], torch.get_rng_state().sum().item()))
+        return args[0] * 2
+
+    torch.manual_seed(5)
+    timed = TimedModel(candidate, problem, torch.device("cpu"), [1, 2], "host-clock", time.perf_counter_ns)
+    torch.manual_seed(5)
+    timed.batch(0, 1, {0: 101})
+    timed.batch(1, 1, {1: 102})
+    timed.batch(2, 1, {2: 103})
+    assert len(seen) == 3 and len(set(seen)) == 1 and seen[0][0] == 5, seen
+    assert torch.equal(timed.sets[0][0], make_inputs(problem, 103, torch.device("cpu"))[0])  # still refilled
+
+
 def test_a_referee_set_up_again_times_the_new_problem():
     """The reference's timed sets are kept only while the same problem's reference is timed again: a second
     Setup in one referee process starts afresh (the byte counts are the new problem's)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
+from contextlib import contextmanager
 
 import torch
 
@@ -30,6 +31,26 @@ def seed_generators(seed: int, device: torch.device) -> None:
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.default_generators[device.index or 0].manual_seed(seed)
+
+
+@contextmanager
+def generators_kept(device: torch.device):
+    """The generators `seed_generators` seeds, each put back as it was afterwards: a timed call's inputs drawn
+    right before it (a watched call's, proc/timed.py) would otherwise leave the generators seeded anew, which
+    the candidate's next call could read (`torch.initial_seed()` changing only before a watched call)."""
+    numpy = sys.modules.get("numpy")
+    cuda = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else None
+    kept = (random.getstate(), numpy.random.get_state() if numpy is not None else None,
+            torch.default_generator.get_state(), cuda.get_state() if cuda is not None else None)
+    try:
+        yield
+    finally:
+        random.setstate(kept[0])
+        if kept[1] is not None:
+            numpy.random.set_state(kept[1])
+        torch.default_generator.set_state(kept[2])
+        if cuda is not None:
+            cuda.set_state(kept[3])
 
 
 def build_seeded(model_class, problem, device: torch.device, init_seed: int, init_inputs_seed: int,

