@@ -243,26 +243,29 @@ def _close(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float,
     }
 
 
-def _passing(o: torch.Tensor, t: torch.Tensor, finite: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    """Which elements of a float64 block `o` pass against its truth `t` (`finite`: where `t` is): within
-    atol + rtol * |t| where the truth is finite (a NaN difference misses), else equal to it (NaN where NaN)."""
-    return torch.where(finite, (o - t).abs_() <= t.abs().mul_(rtol).add_(atol),
-                       (o == t) | (torch.isnan(o) & torch.isnan(t)))
+def _passing(o: torch.Tensor, t: torch.Tensor, finite: torch.Tensor, distance: torch.Tensor, atol: float,
+             rtol: float) -> torch.Tensor:
+    """Which elements of a float64 block `o` pass against its truth `t` (`finite`: where `t` is; `distance`:
+    |o - t|): within atol + rtol * |t| where the truth is finite (a NaN difference misses), else equal to it
+    (NaN where NaN)."""
+    return torch.where(finite, distance <= t.abs().mul_(rtol).add_(atol), (o == t) | (torch.isnan(o) & torch.isnan(t)))
 
 
 def _misses(o: torch.Tensor, t: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, ...]:
     """For one float64 block of an output `o` and its truth `t`: where the truth is finite, which elements
     miss, and |o - t| where the truth is finite (0 elsewhere; a NaN difference as +inf)."""
     finite = torch.isfinite(t)
-    diff = torch.where(finite, (o - t).abs(), torch.zeros_like(t))
-    return finite, ~_passing(o, t, finite, atol, rtol), diff.nan_to_num_(nan=float("inf"), posinf=float("inf"))
+    distance = (o - t).abs_()
+    missed = ~_passing(o, t, finite, distance, atol, rtol)
+    diff = distance.masked_fill_(~finite, 0.0)
+    return finite, missed, diff.nan_to_num_(nan=float("inf"), posinf=float("inf"))
 
 
 def _misses_count(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> int:
     """How many elements of `out` miss (`_passing`), counted block by block on the device, read once."""
     count = None
     for _, (o, t) in float64_blocks(out, truth):
-        passing = _passing(o, t, torch.isfinite(t), atol, rtol).sum()
+        passing = _passing(o, t, torch.isfinite(t), (o - t).abs_(), atol, rtol).sum()
         missed = o.numel() - passing
         count = missed if count is None else count + missed
     return int(count) if count is not None else 0
