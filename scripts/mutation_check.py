@@ -174,7 +174,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            with generators_kept(self.device):  # the refill's seeding is not the candidate's to see\n"
              "                values = make_inputs(self.problem, seed, self.device)",
              "            values = make_inputs(self.problem, seed, self.device)",
-             (_k(REFEREE, "generators_as"),), "a watched call's refill seen in the generators, as before"),
+             (_k(REFEREE, "generators_as"),), "a timed call's refill seen in the generators, as before"),
     Mutation("timed-checks-first-span-only", "stages/measure.py",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start))",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start)) if start == 0 else 0.0",
@@ -185,6 +185,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("timed-inputs-never-refilled", "stages/measure.py",
              "        if k in used:  # this set's values were seen", "        if False:  # this set's values were seen",
              (_k(INTEGRITY, "replay_during_timing or memo_by_sampled"),)),
+    Mutation("timing-skew-unguarded", "stages/measure.py",
+             "SKEWED_FRACTION = 0.75", "SKEWED_FRACTION = 0.0",
+             (_k(REFEREE, "one_call_is_reported"),), "a batch's work done at one call timed as a fraction"),
     Mutation("impossible-fraction-0", "stages/measure.py",
              "IMPOSSIBLE_FRACTION = 0.5", "IMPOSSIBLE_FRACTION = 0.0",
              (_k(INTEGRITY, "impossible_speed_floor"),)),

@@ -229,7 +229,9 @@ def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fas
     cache.save(tmp_path, "baselines", "the-problem", {"compile": {"median_ms": planted_ms},
                                                       "eager_median_ms": eager_ms * ratio})
     stop = timing.StopRule(min_runs=20, max_runs=20, min_time_ms=0.0, budget_ms=1e7, target_rel_sem=0.0)
-    found, cached = measure._baselines(Judging(options, None, None, "cpu"), stop, lambda: 0.0, "the-problem")
+    measured_now = measure._baselines(Judging(options, None, None, "cpu"), stop, lambda: 0.0, "the-problem")
+    found, cached = measured_now.figures, measured_now.cached
+    assert measured_now.eager_ms == eager_ms  # the watched calls' wait follows this run's eager time
     if trusted:
         assert measured == ["eager"] and cached == ["compile"] and found["compile"]["median_ms"] == planted_ms
     else:
@@ -263,8 +265,8 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     stop = dataclasses.replace(measure.CALIBRATION)  # the full stop rule: any but the short one
 
     def baselines():
-        found, cached = measure._baselines(j, stop, lambda: 0.0, "the-problem")
-        return found["eager"]["median_ms"], found["_eager_timer"], cached
+        measured = measure._baselines(j, stop, lambda: 0.0, "the-problem")
+        return measured.figures["eager"]["median_ms"], measured.timer, measured.cached
 
     assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full")]
     assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer

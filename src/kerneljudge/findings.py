@@ -150,6 +150,8 @@ def _specs() -> dict[str, Spec]:
              "Do not start native threads (std::thread, OpenMP pools of your own) that outlive the call."),
         Spec("timing-noisy", "warn", "Timing did not reach its precision target within the budget",
              "Raise --budget-ms, or run on a quieter machine; the figures are less certain than usual."),
+        Spec("timing-skewed", "warn", "The calls of a timed batch took very different times; their means are reported",
+             "Do each call's whole work in that call: work done ahead for later calls is counted with them."),
         Spec("reference-ops", "warn", "The candidate still calls the reference's heavy operations",
              "Fine if intended; otherwise move that work into your kernel."),
         # --- information ----------------------------------------------------------------------------

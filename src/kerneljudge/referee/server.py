@@ -241,7 +241,7 @@ class Referee:
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
         reuse = self.timed is not None and self.timed_eager and request.model != "compile" and \
             self.timed.method == request.method
-        if reuse:  # the reference eager again (calibration, eager, the cross-check's rounds): new values only
+        if reuse:  # the reference eager again (the cross-check's rounds): new values only
             self.timed.redraw(request.set_seeds)
         else:
             self.timed = None  # the last model's input sets and outputs go before the next one's are drawn

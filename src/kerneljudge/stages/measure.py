@@ -35,18 +35,24 @@ CHECK_SPAN_FIRST = 16  # the first span: measured calls [0, 16), then [16, 32), 
 CHECKS_PER_SPAN_AT_LEAST = 3.0  # a replay of a timing's later half then meets none with odds about e^-3 at most
 CHECKED_FRACTION_AT_MOST = 0.25  # of a span's calls (a short timing's spans would otherwise check nearly every call)
 # GPU: measured calls whose stream order is read (each read is a copy of the output inside its call), drawn like
-# the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms).
-# A watched call's inputs are the only ones written right before it: a candidate that computes a batch's four
-# outputs at its first call (the sets are refilled before the batch) is seen where a later call is watched, 3 in 4
-# watches, so it goes unseen with odds about e^(-3/4 x the watches): 0.25% over 1,000 calls, 3% over 128, 7% over 64
+# the checks: about WATCHES_EXPECTED over the timing, at most WATCHED_CALLS (each holds the device up to 50 ms), so
+# a candidate that leaves work on another stream only late in a timing meets them there too
 WATCHES_EXPECTED = 8
 WATCHED_CALLS = 16
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
 # long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
-# bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
+# bounded), then writes the call's new inputs (as before every call). A watched batch's time is not the
+# cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
+# A GPU batch's input sets are refilled before its first call (refills between calls put the host's work inside
+# the calls' events), so a candidate could do a batch's work at one call and time the others at a fraction of it:
+# the median of the calls falls, the batch's total does not. Where the median of the calls is under this fraction
+# of the median of the batches' means, the batches' means are the samples reported (`timing-skewed`). Honest
+# level2/51 on the H200: 0.85-0.90 (a batch's first call carries some launch latency); a candidate gains at most
+# 1 / this by moving work between a batch's calls.
+SKEWED_FRACTION = 0.75
 # checked at secret positions among the first min_runs calls (the last batch's outputs instead when the budget ends
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
@@ -290,7 +296,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
     # the measured calls checked (a measurement that the budget ends before GUARANTEED_CHECKS of them checks its
     # last calls instead, below); the warm-up's calls are not
-    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom(),
+    # (a GPU's watched calls are checked too, and count among them)
+    expected = max(min(opts.checked_calls, GUARANTEED_CHECKS), opts.checked_calls - watches)
+    schedule = CheckSchedule.planned(expected if check else 0, stop.max_runs, random.SystemRandom(),
                                      at_least_per_span=CHECKS_PER_SPAN_AT_LEAST, forced=GUARANTEED_CHECKS,
                                      forced_within=opts.min_runs)
 
@@ -371,11 +379,10 @@ def _watched(timer: RemoteTimer) -> list[Finding]:
 
 def _parts(opts) -> dict[str, str]:
     """What the timing stage measures, in order, as progress names them."""
-    parts = {"calibration": "calibration (eager)", "candidate": "candidate",
-             "eager": "baseline eager" if opts.baselines else "calibration (eager)"}
+    parts = {"eager": "baseline eager" if opts.baselines else "calibration (eager)"}
     if opts.baselines and opts.compile_baseline:
         parts["compile"] = "baseline compile"
-    return parts
+    return {**parts, "candidate": "candidate"}
 
 
 def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
@@ -406,37 +413,58 @@ def _reused_while_timed(j: Judging, i: int) -> None:
 
 
 def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> dict | None:
-    """Time the candidate, then the baselines and the floor, and cross-check the candidate's claims."""
+    """The baselines (the eager one is the cross-check's reference and sets the watched calls' wait), then the
+    candidate, its claims cross-checked, then the floor. The reference is timed once, before the candidate: a
+    second time after it (the machine's drift between the two allowed for) cost as long again (0.2 s of a
+    level2/51 timing on the H200, alone on the device in a batch), and an excess that the machine's conditions
+    could explain is looked at again with the two taking turns (`_confirm`) before anyone is accused."""
     opts = j.options.timing
     stop = timing.StopRule(min_runs=opts.min_runs, max_runs=opts.max_runs, min_time_ms=opts.min_time_ms,
                            budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
     try:
-        reference, before, _, _ = _measure(j, j.referee, "calibration", CALIBRATION, clock_ms)
+        baselines = _baselines(j, stop, clock_ms, problem_key)
         candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True,
-                                                watch_delay_ms=_watch_delay_ms(reference))
+                                                watch_delay_ms=_watch_delay_ms(baselines.eager_ms))
     except StageEnded:
         return None
+    candidate = _unskewed(j, candidate, timer.batch)
     stats = candidate.stats
     _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
-    baselines, cached = _baselines(j, stop, clock_ms, problem_key)
-    after = baselines.pop("_eager_timer")
-    for name, figures in baselines.items():  # a speedup is only as certain as the baseline it divides
-        if figures and name not in cached:
+    for name, figures in baselines.figures.items():  # a speedup is only as certain as the baseline it divides
+        if figures and name not in baselines.cached:
             rel_sem = figures.get("rel_sem")  # None (not finite) after a single run
             _warn_if_noisy(j, f"baseline {name}, so the speedup against it too: ",
                            math.inf if rel_sem is None else rel_sem, figures.get("n"), None, "baselines")
-    slack = _cross_check(j, timer, before, after, stats.median_ms, clock_ms)
+    slack = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
-                   slack, baselines, cached,
+                   slack, baselines.figures, baselines.cached,
                    stop_rule={k: getattr(opts, k) for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
                                                             "target_rel_sem")})
     block.floor = _floor(j, *_bandwidth(j, device_key), stats.median_ms)
     return block.to_json()
 
 
-def _watch_delay_ms(reference: timing.Measurement | None) -> float:
-    median_ms = reference.stats.median_ms if reference is not None else 0.0
-    return min(WATCH_DELAY_MAX_MS, WATCH_DELAY_MIN_MS + WATCH_DELAY_REFERENCE_FACTOR * median_ms)
+def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Measurement:
+    """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (each batch's mean
+    per call; the batches are the measurement's calls in consecutive groups of `batch`), the batches' means as
+    its samples, with `timing-skewed`."""
+    samples = measured.samples_ms
+    means = [math.fsum(samples[k:k + batch]) / batch for k in range(0, len(samples) - batch + 1, batch)]
+    if batch <= 1 or len(means) < 2:
+        return measured
+    per_batch = timing.Stats.from_samples(means)
+    if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms:
+        return measured
+    j.findings.append(Finding.of(
+        "timing-skewed", f"the median of the timed calls, {measured.stats.median_ms:.4g} ms, is under "
+        f"{SKEWED_FRACTION:g}x the median of their batches' means, {per_batch.median_ms:.4g} ms per call (work "
+        f"done at one call of a batch for the others?): the batches' means are reported", stage=STAGE,
+        calls_median_ms=measured.stats.median_ms, batches_median_ms=per_batch.median_ms, calls_per_batch=batch))
+    return dataclasses.replace(measured, samples_ms=tuple(means), stats=per_batch)
+
+
+def _watch_delay_ms(reference_ms: float | None) -> float:
+    return min(WATCH_DELAY_MAX_MS, WATCH_DELAY_MIN_MS + WATCH_DELAY_REFERENCE_FACTOR * (reference_ms or 0.0))
 
 
 def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, stage: str) -> None:
@@ -446,7 +474,19 @@ def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, st
                                      + (f" ({why})" if why else ""), stage=stage))
 
 
-def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> tuple[dict, list[str]]:
+@dataclass
+class Baselines:
+    """The referee's figures of the reference (eager, torch.compile) and which of them were kept from before
+    (the cache, the lane); `timer` and `eager_ms`: this run's eager measurement, the cross-check's reference
+    and the watched calls' wait (None where it could not be timed)."""
+
+    figures: dict[str, dict | None]
+    cached: list[str]
+    timer: RemoteTimer | None
+    eager_ms: float | None
+
+
+def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> Baselines:
     """Eager always (it calibrates the cross-check; a short run when baselines are off), torch.compile from
     the cache while the eager time it was measured beside agrees with this run's. In a batch lane
     (`j.baselines`), a problem's baselines are measured in full once: later candidates time eager only
@@ -456,12 +496,12 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
     if memo is not None:
         short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms)
         if short is not None and _agrees(short.stats.median_ms, memo["eager"]["median_ms"]):
-            return {"_eager_timer": short_timer, **memo}, sorted(memo)
+            return Baselines(dict(memo), sorted(memo), short_timer, short.stats.median_ms)
     eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms)
-    found: dict[str, Any] = {"_eager_timer": eager_timer}
+    eager_ms = eager.stats.median_ms if eager is not None else None
     if not opts.baselines:
-        return found, []
-    found["eager"] = eager.stats.to_json() if eager else None
+        return Baselines({}, [], eager_timer, eager_ms)
+    found: dict[str, Any] = {"eager": eager.stats.to_json() if eager else None}
     if why:
         j.findings.append(Finding.of("baseline-unavailable", f"eager: {why}", stage="baselines"))
     cached: list[str] = []
@@ -482,7 +522,7 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
     if j.baselines is not None and found.get("eager"):
         j.baselines[problem_key] = {name: found[name] for name in ("eager", "compile") if name in found}
-    return found, cached
+    return Baselines(found, cached, eager_timer, eager_ms)
 
 
 def _agrees(median_ms: float, then_ms) -> bool:
@@ -491,31 +531,28 @@ def _agrees(median_ms: float, then_ms) -> bool:
         1 / COMPILE_CACHE_FACTOR <= median_ms / then_ms <= COMPILE_CACHE_FACTOR
 
 
-def _cross_check(j: Judging, candidate: RemoteTimer, before: RemoteTimer | None, after: RemoteTimer | None,
-                 median_ms: float, clock_ms: Callable[[], float]) -> dict:
+def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | None, median_ms: float,
+                 clock_ms: Callable[[], float]) -> dict:
     """The candidate's unexplained time per call against the reference's under the same loop, measured just
-    before and just after it (their difference is the drift of the machine's conditions, allowed for). An
-    excess beyond the tolerance is looked at again, with the two taking turns (`_confirm`), before the
-    candidate is accused: another process loading the machine while only the candidate was timed is not
-    the candidate's doing."""
-    references = [t for t in (before, after) if t is not None and t.slacks_ms]
+    before it. An excess beyond the tolerance is looked at again, with the two taking turns (`_confirm`),
+    before the candidate is accused: another process loading the machine while only the candidate was timed
+    (or the machine's conditions drifting since the reference was) is not the candidate's doing."""
     if not candidate.slacks_ms:  # every batch the budget allowed was watched
         return {"slack_ms": None, "reference_slack_ms": None}
-    if not references:
+    if reference is None or not reference.slacks_ms:
         return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
-    pooled = [s for t in references for s in t.slacks_ms]
-    drift = abs(references[0].slack_ms - references[-1].slack_ms)
+    pooled = reference.slacks_ms
     reference_ms = _median(pooled)
     excess = candidate.slack_ms - reference_ms
-    tolerance = _tolerance(j, median_ms, reference_ms, pooled) + drift
+    tolerance = _tolerance(j, median_ms, reference_ms, pooled)
     result = {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": round(reference_ms, 6),
-              "drift_ms": round(drift, 6), "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
+              "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
     if excess <= tolerance:
         return result
     # the evidence, batch by batch, when the candidate's claims are looked at again (at most BATCHES_SHOWN each)
     result.update(batch_slacks_ms=[round(x, 4) for x in candidate.slacks_ms[:BATCHES_SHOWN]],
                   reference_batch_slacks_ms=[round(x, 4) for x in pooled[:BATCHES_SHOWN]],
-                  calls_per_batch=candidate.batch, reference_calls_per_batch=[t.batch for t in references])
+                  calls_per_batch=candidate.batch, reference_calls_per_batch=reference.batch)
     try:
         paired_excess, paired_tolerance, rounds = _confirm(j, candidate, median_ms, clock_ms)
     except TimedCallFailed:
