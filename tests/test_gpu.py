@@ -84,6 +84,7 @@ def test_a_batchs_work_done_at_its_first_call_is_reported_as_the_batches_means(o
     skewed = [f for f in result.findings if f.code == "timing-skewed"]
     assert skewed, [(f.code, f.message[:120]) for f in result.findings if f.severity != "info"]
     assert result.timing["candidate"]["median_ms"] == pytest.approx(skewed[0].details["batches_median_ms"])
+    assert result.timing["samples_are"] == "batch means"
     assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")
 
 

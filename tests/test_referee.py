@@ -10,6 +10,7 @@ import json
 import random
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -290,6 +291,14 @@ def test_forged_timing_numbers_are_refused_at_the_boundary(fast):
     assert result.verdict == "fail"
     assert "tampering" in failing(result)
     assert result.timing is None
+
+
+def test_a_worker_saying_the_candidate_cannot_be_timed_is_tampering(fast):
+    """Only the referee may answer a timing setup with `unavailable` (torch.compile failing on the reference);
+    from the worker it is a forged reply: `tampering`, and the judge goes on to its result."""
+    result = judge(fast, "forged_unavailable", timing=SHORT_TIMING)
+    assert result.verdict == "fail" and "tampering" in failing(result), [(f.code, f.message) for f in result.findings]
+    assert "judge-error" not in codes(result) and result.timing is None
 
 
 def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
@@ -579,14 +588,17 @@ def _measured(pattern_ms: list[float], batches: int = 50):
 def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     """GPU batches of four, the sets refilled before a batch's first call: a candidate doing the batch's work
     at that call (4 ms, then 0.1 ms thrice) has a median call of 0.1 ms but a batch of 1.075 ms per call; the
-    batches' means are reported, with `timing-skewed`. Honest calls whose first carries some launch latency
-    (the H200's level2/51: a batch's calls by position 0.053, 0.047, 0.039, 0.038 ms) keep their own median."""
+    batches' means are reported, with `timing-skewed`. An honest candidate's 1,000 calls measured on the H200
+    (a batch's first call carrying some launch latency: its median call 0.87x its batches') keep their own."""
     judging = types.SimpleNamespace(findings=[])
     skewed = measure._unskewed(judging, _measured([4.0, 0.1, 0.1, 0.1]), 4)
     assert skewed.stats.median_ms == pytest.approx(1.075) and skewed.stats.n == 50
     assert [(f.code, f.severity) for f in judging.findings] == [("timing-skewed", "warn")]
     assert judging.findings[0].details["calls_median_ms"] == pytest.approx(0.1)
-    honest = _measured([0.053, 0.047, 0.039, 0.038])
-    assert measure._unskewed(judging, honest, 4) is honest and len(judging.findings) == 1
+    measured_h200 = json.loads((Path(__file__).parent / "data" / "h200_level2_51_cuda_samples.json").read_text())
+    samples = tuple(measured_h200["samples_ms"])
+    honest = timing.Measurement(samples, timing.Stats.from_samples(samples), "max-runs", 3, sum(samples))
+    assert measure._unskewed(judging, honest, measured_h200["calls_per_batch"]) is honest
+    assert len(judging.findings) == 1
     one_call_batches = _measured([4.0, 0.1, 0.1, 0.1])  # a CPU's batches of one: nothing to regroup
     assert measure._unskewed(judging, one_call_batches, 1) is one_call_batches and len(judging.findings) == 1

@@ -149,8 +149,8 @@ class TimingOptions:
     input_sets: int = 4  # timed calls rotate among this many input sets
     # about this many timed outputs compared with the reference over max_runs calls, drawn in secret call by call,
     # the same number expected in each doubling of the timed calls (stages/measure.CheckSchedule: about 4 in each
-    # of the 7 spans of a 1,000-call timing on a CPU; on a GPU the ~8 watched calls, each checked, count among
-    # them), besides 2 among the first min_runs; never fewer than 3 per span however small this is (0: none)
+    # of the 7 spans of a 1,000-call timing; on a GPU the ~8 watched calls are checked besides), and 2 among the
+    # first min_runs; never fewer than 3 per span however small this is (0: none)
     checked_calls: int = 32
     cuda_graph: bool = False
     baselines: bool = True  # time the reference eager and under torch.compile

@@ -55,7 +55,7 @@ class TimedModel:
 
     def redraw(self, set_seeds: list[int]) -> None:
         """New values in the input sets, drawn from `set_seeds` (same buffers): the same model timed again
-        (the reference: calibration, then eager) needs no new sets, flusher or events."""
+        (the reference: eager, then the cross-check's rounds) needs no new sets, flusher or events."""
         self.outputs = {}
         for buffers, seed in zip(self.sets, set_seeds):
             refill(buffers, make_inputs(self.problem, seed, self.device))

@@ -41,8 +41,7 @@ WATCHES_EXPECTED = 8
 WATCHED_CALLS = 16
 # Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
 # long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
-# bounded), then writes the call's new inputs (as before every call). A watched batch's time is not the
-# cross-check's (it is the judge's).
+# bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
 WATCH_DELAY_REFERENCE_FACTOR = 4.0
 WATCH_DELAY_MAX_MS = 50.0
@@ -248,12 +247,14 @@ class Timing:
     baselines_cached: list[str] = field(default_factory=list)
     floor: dict[str, Any] = field(default_factory=dict)
     stop_rule: dict[str, Any] = field(default_factory=dict)
+    samples_are: str = "calls"  # or "batch means" (`_unskewed`)
 
     def to_json(self) -> dict[str, Any]:
         median = self.candidate.stats.median_ms
         return {"method": self.method, "input_sets": self.input_sets, "checked_outputs": self.checked_outputs,
                 "candidate": self.candidate.stats.to_json(), "stop_reason": self.candidate.stop_reason,
-                "samples_ms": [round(x, 6) for x in self.candidate.samples_ms[:1000]], "stop_rule": self.stop_rule,
+                "samples_ms": [round(x, 6) for x in self.candidate.samples_ms[:1000]], "samples_are": self.samples_are,
+                "stop_rule": self.stop_rule,
                 "batch": self.input_sets, "host_overhead_ms": None, "cross_check": self.slack,
                 "baselines": self.baselines, "baselines_cached": self.baselines_cached, "floor": self.floor,
                 "speedup": {name: round(stats["median_ms"] / median, 4) for name, stats in self.baselines.items()
@@ -278,6 +279,10 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     set_seeds = [fresh_seed() for _ in range(opts.input_sets)]
     ready = process.call(protocol.TimeSetup(model, set_seeds, _method(j.device, opts), describe=process is j.referee))
     if ready.get("unavailable"):
+        if process is not j.referee:  # only the reference may be untimeable (torch.compile failing)
+            j.findings.append(Finding.of("tampering", f"the {model} timing's setup reply said it could not be timed",
+                                         stage=STAGE))
+            raise StageEnded()
         return None, None, 0, str(ready["unavailable"])[:400]
     j.take(ready, STAGE)
     if process is j.referee and model != "compile":  # the floor's bytes, from the trusted side
@@ -296,9 +301,9 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
     # the measured calls checked (a measurement that the budget ends before GUARANTEED_CHECKS of them checks its
     # last calls instead, below); the warm-up's calls are not
-    # (a GPU's watched calls are checked too, and count among them)
-    expected = max(min(opts.checked_calls, GUARANTEED_CHECKS), opts.checked_calls - watches)
-    schedule = CheckSchedule.planned(expected if check else 0, stop.max_runs, random.SystemRandom(),
+    # (a GPU's watched calls are checked besides: they do not count among these, as a candidate can tell them,
+    # its set's values changing right before the call)
+    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom(),
                                      at_least_per_span=CHECKS_PER_SPAN_AT_LEAST, forced=GUARANTEED_CHECKS,
                                      forced_within=opts.min_runs)
 
@@ -427,6 +432,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                                                 watch_delay_ms=_watch_delay_ms(baselines.eager_ms))
     except StageEnded:
         return None
+    per_call = candidate
     candidate = _unskewed(j, candidate, timer.batch)
     stats = candidate.stats
     _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
@@ -438,6 +444,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     slack = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines.figures, baselines.cached,
+                   samples_are="calls" if candidate is per_call else "batch means",
                    stop_rule={k: getattr(opts, k) for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
                                                             "target_rel_sem")})
     block.floor = _floor(j, *_bandwidth(j, device_key), stats.median_ms)
@@ -533,10 +540,11 @@ def _agrees(median_ms: float, then_ms) -> bool:
 
 def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | None, median_ms: float,
                  clock_ms: Callable[[], float]) -> dict:
-    """The candidate's unexplained time per call against the reference's under the same loop, measured just
-    before it. An excess beyond the tolerance is looked at again, with the two taking turns (`_confirm`),
-    before the candidate is accused: another process loading the machine while only the candidate was timed
-    (or the machine's conditions drifting since the reference was) is not the candidate's doing."""
+    """The candidate's unexplained time per call against the reference's under the same loop, measured before
+    it (the eager baseline; torch.compile's, when not cached, comes between). An excess beyond the tolerance is
+    looked at again, with the two taking turns (`_confirm`), before the candidate is accused: another process
+    loading the machine while only the candidate was timed (or the machine's conditions drifting since the
+    reference was) is not the candidate's doing."""
     if not candidate.slacks_ms:  # every batch the budget allowed was watched
         return {"slack_ms": None, "reference_slack_ms": None}
     if reference is None or not reference.slacks_ms:

@@ -1,0 +1,21 @@
+"""The worker's timing setup forged to say the candidate cannot be timed (a reply only the referee may give,
+for a reference torch.compile fails on): it is `tampering`, not a crash of the judge."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kerneljudge.proc.timed as timed
+
+timed.TimedModel.describe = lambda self, call: {"unavailable": "not today"}
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        w_mean = self.gemm.weight.mean(0)
+        c = self.gemm.bias.mean() - self.subtract.mean()
+        return x + F.gelu(x @ w_mean + c).unsqueeze(1)
