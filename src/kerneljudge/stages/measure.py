@@ -394,7 +394,7 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     if any(f.code == "timed-output-mismatch" for f in j.findings):
         return
     exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
-    if exported.get("reused") is True:  # a later call of its batch returned the same memory: nothing to check
+    if exported.get("reused") is True:  # a later call of its batch returned the same memory: that fails as such
         _reused_while_timed(j, i)
         return
     j.draw(seed, STAGE, timed=True)
@@ -455,9 +455,11 @@ def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Me
     """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (each batch's mean
     per call; the batches are the measurement's calls in consecutive groups of `batch`), the batches' means as
     its samples, with `timing-skewed`."""
+    if batch <= 1:
+        return measured
     samples = measured.samples_ms
     means = [math.fsum(samples[k:k + batch]) / batch for k in range(0, len(samples) - batch + 1, batch)]
-    if batch <= 1 or len(means) < 2:
+    if len(means) < 2:
         return measured
     per_batch = timing.Stats.from_samples(means)
     if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms:
