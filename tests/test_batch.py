@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 
+from conftest import codes
 from kerneljudge import api
 from kerneljudge.batch import export
 from kerneljudge.batch.backend import Job
@@ -271,6 +272,21 @@ def test_a_timing_waits_for_the_lanes_sharing_its_device_and_goes_before_new_sta
     assert log == ["timing", "later check"]
 
 
+def test_the_reference_is_timed_alone_and_its_candidates_build_beside_the_other_lanes():
+    gate, log = DeviceGate(), []
+    first = Holder(gate)
+    first.on_stage("worker")
+    first.on_stage("baselines")  # its reference timed before its candidate is loaded: alone on the device
+    assert gate.timing and not gate.sharing
+    checking = _lane(gate, log, "check", "check")
+    time.sleep(0.3)
+    assert checking.is_alive() and log == []
+    first.on_stage("build")  # then its build shares the device with the other lanes' stages
+    checking.join(5)
+    assert log == ["check"] and not gate.timing and gate.sharing == 1
+    first.release()
+
+
 def test_a_timings_processes_end_beside_other_lanes_checks_but_not_beside_a_timing():
     gate, log = DeviceGate(), []
     timed = Holder(gate)
@@ -318,17 +334,21 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
         (f.job.id, f.result.verdict, f.result.timing and f.result.timing["baselines"],
          [(x.code, x.message[:300]) for x in f.result.findings if x.code != "preset-used"]) for f in finished
         if f.result.verdict != "pass" or not f.result.timing["baselines"]["eager"]]
-    # the lane's first candidate of the problem measured the baselines; a later one reuses what the lane
-    # kept (the same figures) or, when its short eager time disagrees on a busy machine, measures and keeps
-    # its own (the rule without the machine's noise: test_mutation_kills.py, a lane's kept baselines)
+    # the lane's first candidate of the problem measured the baselines (in its baselines stage, before the
+    # candidate was loaded); a later one reuses what the lane kept (the same figures), and where its short
+    # eager time disagrees on a busy machine, says so, and the lane's next candidate measures them afresh
+    # (the rule without the machine's noise: test_mutation_kills.py, a lane's kept baselines)
     kept = finished[0].result.timing["baselines"]["eager"]
-    assert finished[0].result.timing["baselines_cached"] == []
+    assert finished[0].result.timing["baselines_cached"] == [] and "baselines" in finished[0].result.stage_ms
+    forgotten = False
     for later in finished[1:]:
-        if later.result.timing["baselines_cached"] == ["eager"]:
-            assert later.result.timing["baselines"]["eager"] == kept
-        else:
-            assert later.result.timing["baselines_cached"] == []
+        if forgotten:
+            assert later.result.timing["baselines_cached"] == [] and "baselines" in later.result.stage_ms
             kept = later.result.timing["baselines"]["eager"]
+        else:
+            assert later.result.timing["baselines_cached"] == ["eager"] and "baselines" not in later.result.stage_ms
+            assert later.result.timing["baselines"]["eager"] == kept
+        forgotten = "baseline-disagrees" in codes(later.result)
 
 
 def test_batched_env_step(tmp_path, fast):

@@ -2,7 +2,8 @@
 result carries a `timing-lock-wait` finding naming the holder; both pass.
 
 The first evaluation's candidate is honest but, on a call that only its timing makes, waits until the
-test lets it go: the test starts the second once the first holds the lock, and lets the first go once the
+test lets it go: the test starts the second once the first holds the lock for its timing (it held it for its
+baselines before the candidate was loaded, too), and lets the first go once the
 second waits for the lock (the kernel's lock table shows the waiter), whatever the machine's load; what
 is asserted is the turn-taking, not how long anything took.
 """
@@ -34,6 +35,7 @@ def _hold():
     global _calls
     _calls += 1
     if _calls == {hold_at}:
+        open({holding!r}, "w").close()
         for _ in range(6000):  # at most 2 minutes
             if os.path.exists({release!r}):
                 break
@@ -55,11 +57,12 @@ print(json.dumps({{"verdict": result.verdict, "codes": sorted({{f.code for f in 
 
 
 def holder(folder: Path) -> Path:
-    """core/correct.py, with a forward that waits on its HOLD_AT_CALL-th call until `folder/release` exists."""
+    """core/correct.py, with a forward that, on its HOLD_AT_CALL-th call, writes `folder/holding` and waits
+    until `folder/release` exists."""
     path = folder / "holder.py"
     correct = (CANDIDATES / "core" / "correct.py").read_text()
     assert "    def forward(self, x):\n" in correct
-    path.write_text(HOLDER.format(hold_at=HOLD_AT_CALL, release=str(folder / "release"))
+    path.write_text(HOLDER.format(hold_at=HOLD_AT_CALL, release=str(folder / "release"), holding=str(folder / "holding"))
                     + correct.replace("    def forward(self, x):\n", "    def forward(self, x):\n        _hold()\n"))
     return path
 
@@ -79,7 +82,8 @@ def test_a_second_evaluation_waits_for_the_first_ones_timing_and_says_so(cache_d
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         deadline = time.monotonic() + 120
-        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):  # the holder's pid is in the file
+        # the holder's pid is in the file, and it holds the lock in its timing (it took it for its baselines too)
+        while not ((folder / "holding").exists() and lock.exists() and lock.read_text().strip() == str(first.pid)):
             assert first.poll() is None, f"the first evaluation ended early: {first.communicate()}"
             assert time.monotonic() < deadline, "the first evaluation never took the timing lock"
             time.sleep(0.05)

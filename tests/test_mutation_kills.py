@@ -9,10 +9,11 @@ beside an eager time that agrees. All but the last are real evaluations (worker 
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -220,7 +221,7 @@ def test_a_cached_compile_time_is_used_only_beside_an_eager_time_that_agrees(fas
     eager_ms, compiled_ms = 4.0, 3.0
     measured: list[str] = []
 
-    def fake_measure(j, process, model, stop, clock_ms, check=False):
+    def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1)):
         measured.append(model)
         return _stand_in(eager_ms if model == "eager" else compiled_ms), None, 0, None
 
@@ -246,31 +247,44 @@ def _stand_in(ms: float):
 
 def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(fast, monkeypatch):
     """A batch lane's baselines (`Judging.baselines`) with stand-in measurements, since an evaluation's own
-    are only as steady as the machine: measured in full for the lane's first candidate of a problem; reused
-    while a later one's short eager time is within COMPILE_CACHE_FACTOR (2) of the kept one; else measured
-    in full again and kept."""
+    are only as steady as the machine: measured in full, before its candidate is loaded, for the lane's first
+    candidate of a problem (the pipeline's baselines stage); a later candidate's short eager run, its worker
+    stopped meanwhile, is the cross-check's reference, and where it is not within COMPILE_CACHE_FACTOR (2) of
+    the kept one, `baseline-disagrees`: the kept figures still give the speedups (this run was made with the
+    candidate's code loaded), and the lane forgets them, so its next candidate measures them in full first."""
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging
 
-    medians, asked = iter([1.0, 1.5, 3.0, 2.5, 2.0]), []
+    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0]), [], []
 
-    def fake_measure(j, process, model, stop, clock_ms, check=False):
-        asked.append((model, "short" if stop is measure.CALIBRATION else "full"))
+    def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1)):
+        asked.append((model, "short" if stop is measure.CALIBRATION else "full", stage, len(frozen)))
         ms = next(medians)
         return _stand_in(ms), f"timer {ms}", 0, None
 
+    @contextlib.contextmanager
+    def worker_frozen():
+        frozen.append(True)
+        yield
+        frozen.remove(True)
+
     monkeypatch.setattr(measure, "_measure", fake_measure)
-    j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), None, None, "cpu")
+    j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), SimpleNamespace(frozen=worker_frozen),
+                None, "cpu")
     j.baselines = {}
-    stop = dataclasses.replace(measure.CALIBRATION)  # the full stop rule: any but the short one
 
     def baselines():
-        measured = measure._baselines(j, stop, lambda: 0.0, "the-problem")
+        kept = j.kept_baselines("the-problem") is not None
+        measured = measure._kept(j, "the-problem", lambda: 0.0) if kept else \
+            measure.run_baselines(j, "the-problem", lambda: 0.0)
         return measured.figures["eager"]["median_ms"], measured.timer, measured.cached
 
-    assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full")]
+    assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full", "baselines", 0)]
     assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer
-    assert baselines() == (2.5, "timer 2.5", []) and asked[2:] == [("eager", "short"), ("eager", "full")]
+    assert asked[1] == ("eager", "short", measure.STAGE, 1) and not j.findings  # the worker stopped meanwhile
+    assert baselines() == (1.0, "timer 3.0", ["eager"])  # 3.0 disagrees: still the kept figures, said, forgotten
+    assert [f.code for f in j.findings] == ["baseline-disagrees"] and j.kept_baselines("the-problem") is None
+    assert baselines() == (2.5, "timer 2.5", []) and asked[3] == ("eager", "full", "baselines", 0)
     assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
 
 

@@ -83,7 +83,8 @@ def test_settle_waits_for_the_spares_to_answer_and_drops_a_dead_one(fast):
 
 def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeypatch):
     """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
-    beside the timing inflated the candidate's host time per call (H200). The lane settles them first."""
+    beside the timing inflated the candidate's host time per call (H200). The lane settles them before each
+    stage that times."""
     from kerneljudge.batch.backend import Job
     from kerneljudge.batch.gate import DeviceGate
     from kerneljudge.batch.local import LocalLane
@@ -100,5 +101,6 @@ def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeyp
     finally:
         lane.close()
     assert result.verdict == "pass" and result.timing
-    assert settled == [("probes" if "probes" in stages else "check", 1)]  # once, with the spare started, before timing
+    # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
+    assert settled == [("problem-lint", 0), ("probes" if "probes" in stages else "check", 1)]
     assert stages.index("timing") > stages.index("build")

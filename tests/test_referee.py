@@ -589,7 +589,8 @@ def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     """GPU batches of four, the sets refilled before a batch's first call: a candidate doing the batch's work
     at that call (4 ms, then 0.1 ms thrice) has a median call of 0.1 ms but a batch of 1.075 ms per call; the
     batches' means are reported, with `timing-skewed`. An honest candidate's 1,000 calls measured on the H200
-    (a batch's first call carrying some launch latency: its median call 0.87x its batches') keep their own."""
+    (a batch's first call carrying some launch latency: its median call 0.87x its batches', 0.024 ms a batch
+    beyond it) keep their own."""
     judging = types.SimpleNamespace(findings=[])
     skewed = measure._unskewed(judging, _measured([4.0, 0.1, 0.1, 0.1]), 4)
     assert skewed.stats.median_ms == pytest.approx(1.075) and skewed.stats.n == 50
@@ -602,3 +603,12 @@ def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     assert len(judging.findings) == 1
     one_call_batches = _measured([4.0, 0.1, 0.1, 0.1])  # a CPU's batches of one: nothing to regroup
     assert measure._unskewed(judging, one_call_batches, 1) is one_call_batches and len(judging.findings) == 1
+    # the rule's edges: a 15 us kernel whose batch's first call carries 35 us of launch latency (the H200's
+    # honest tiny kernels: 0.03-0.035 ms a batch, benchmarks/skew_ratios.py) is under the fraction (0.63) but
+    # within the allowance; a 1 ms kernel whose first call takes 30% longer is over the allowance but not under
+    # the fraction; a tiny kernel's work moved to its batch's first call is over both
+    for honest_ms in ([0.05, 0.015, 0.015, 0.015], [1.3, 1.0, 1.0, 1.0]):
+        kept = _measured(honest_ms)
+        assert measure._unskewed(judging, kept, 4) is kept and len(judging.findings) == 1, honest_ms
+    assert measure._unskewed(judging, _measured([0.1, 0.003, 0.003, 0.003]), 4).stats.median_ms == pytest.approx(0.02725)
+    assert len(judging.findings) == 2

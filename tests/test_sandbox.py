@@ -11,11 +11,13 @@ layer this machine refuses is skipped, saying so; the fallback's tests run every
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import marshal
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -535,3 +537,61 @@ def test_builders_ask_for_the_build_niceness(fast):
                                 spawn=spawn)
     assert outcome.ok and asked == [builder.BUILD_NICENESS] and builder.BUILD_NICENESS > 0  # below the lanes'
     assert fast.worker_options().niceness == 0
+
+
+# --- the worker stopped while the reference is timed ------------------------------------------------------
+
+
+def _state_and_cpu(pid: int) -> tuple[str, int] | None:
+    """(state, user + system CPU ticks) of a live process, from /proc."""
+    fields = sandbox._stat(pid)
+    return (fields[0], int(fields[11]) + int(fields[12])) if fields else None
+
+
+def test_freeze_stops_every_process_of_a_forking_tree_until_thaw():
+    """`sandbox.freeze` against processes that spin and fork while they are being stopped: once it returns,
+    every process listed is stopped and gets no CPU time, and none appears; `thaw` lets them run again."""
+    spinner = ("import os, sys, time\n"
+               "for _ in range(40):\n"
+               "    if os.fork() == 0:\n"
+               "        while True: pass\n"
+               "    time.sleep(0.01)\n"
+               "while True: pass\n")
+    root = subprocess.Popen([sys.executable, "-S", "-c", spinner], start_new_session=True)
+    tasks = functools.partial(sandbox.session_tasks, root.pid)
+    try:
+        for _ in range(SCANS):  # a few children spinning before it starts
+            if len(tasks()) >= 4:
+                break
+            time.sleep(0.05)
+        stopped = sandbox.freeze(tasks)
+        before = {pid: _state_and_cpu(pid) for pid in stopped}
+        assert len(stopped) >= 4 and set(tasks()) == set(stopped)
+        assert all(state == "T" for state, _ in before.values()), before
+        time.sleep(0.3)
+        assert {pid: _state_and_cpu(pid) for pid in stopped} == before and set(tasks()) == set(stopped)
+        sandbox.thaw(stopped)
+        ran = lambda: [pid for pid in stopped if (_state_and_cpu(pid) or ("X", 0))[1] > before[pid][1]]  # noqa: E731
+        assert gone(lambda: [] if ran() else [True]) == []
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def test_a_frozen_worker_runs_nothing_and_answers_after_it_is_thawed(fast):
+    """`WorkerProcess.frozen` (around the reference's timings made while a candidate's worker is up): every
+    process of the worker shows stopped meanwhile (its cgroup's, else its session's), and the worker answers
+    again after."""
+    from kerneljudge import protocol
+    from kerneljudge.isolation import WORKER, first_ping
+
+    options = fast.worker_options()
+    with WorkerProcess(options) as worker:
+        worker.call(first_ping(options, "cpu", WORKER))
+        with worker.frozen():
+            listed = worker.cgroup.tasks() if worker.cgroup is not None else sandbox.session_tasks(worker.process.pid)
+            states = {pid: (_state_and_cpu(pid) or ("X", 0))[0] for pid in listed}
+            assert listed and all(state == "T" for state in states.values()), states
+        assert states == {pid: "T" for pid in listed}
+        assert worker.call(protocol.Ready()) is not None
+        assert all((_state_and_cpu(pid) or ("X", 0))[0] != "T" for pid in listed)

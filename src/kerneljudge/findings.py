@@ -152,6 +152,9 @@ def _specs() -> dict[str, Spec]:
              "Raise --budget-ms, or run on a quieter machine; the figures are less certain than usual."),
         Spec("timing-skewed", "warn", "The calls of a timed batch took very different times; their means are reported",
              "Do each call's whole work in that call: work done ahead for later calls is counted with them."),
+        Spec("baseline-disagrees", "warn", "The reference's time now disagrees with the baseline a batch lane kept",
+             "Nothing to fix in the candidate; the speedup is against the kept baseline, which the lane measures "
+             "again before its next candidate of the problem."),
         Spec("reference-ops", "warn", "The candidate still calls the reference's heavy operations",
              "Fine if intended; otherwise move that work into your kernel."),
         # --- information ----------------------------------------------------------------------------

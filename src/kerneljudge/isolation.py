@@ -23,6 +23,7 @@ are forked by the fork server (spawn.py, proc/zygote.py), which has torch import
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -170,6 +171,22 @@ class WorkerProcess:
             command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
             hidden=options.hidden, cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
                 options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
+
+    @contextmanager
+    def frozen(self):
+        """Every process of the worker stopped (SIGSTOP) for the block and continued after it: the reference is
+        timed meanwhile, and nothing of the candidate's may load the host then (its cgroups' processes, however
+        they detached; else its session's). Linux only; elsewhere a no-op."""
+        if self.process is None or self.dead or not sys.platform.startswith("linux"):
+            yield
+            return
+        tasks = self.cgroup.tasks if self.cgroup is not None else functools.partial(sandbox.session_tasks,
+                                                                                    self.process.pid)
+        stopped = sandbox.freeze(tasks)
+        try:
+            yield
+        finally:
+            sandbox.thaw(stopped)
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""

@@ -1,10 +1,12 @@
 """The evaluation pipeline, readable from the top:
 
-    load problem -> load candidate -> build -> check -> probe -> time -> verdict
+    load problem -> load candidate -> baselines -> build -> check -> probe -> time -> verdict
 
 Each stage is one call with typed values in and out; each stage's wall time is recorded on the
 result, and its start is told to the `on_progress` observer (progress.py), with the worker's own
-progress messages. Timing holds the device's timing lock (devicelock.py). Candidate code runs only in
+progress messages. The reference is timed (baselines) before the worker imports the candidate, so
+nothing the candidate leaves running can slow it. Both stages that time hold the device's timing lock
+(devicelock.py). Candidate code runs only in
 its worker; the reference runs only in the referee, a second process that never imports candidate code;
 the judge relays data between them (stages/) and decides. A stage that fails to give
 the next one what it needs ends the run with the findings so far: the result is always returned.
@@ -207,8 +209,17 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
             with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
+            setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
+            baselines = problem_key = device_key = None
+            if options.timing.enabled:
+                device_key = cache.key(run.device, run.versions)
+                problem_key = cache.key(problem.sha256, problem.constants, device_key, dataclasses.asdict(options.timing))
+                if judging.kept_baselines(problem_key) is None:  # the reference timed before any candidate code runs
+                    with _timing_lock(run, worker, "baselines"), _judged_stage(
+                            run, judging, "baselines", "timing the reference, before the candidate is loaded"):
+                        setup = check.reference_built(judging, setup)
+                        baselines = measure.run_baselines(judging, problem_key, run.clock_ms)
             with run.stage("build", "importing the problem and the candidate", worker, referee):
-                setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
                                                     "kinds": list(candidate.kinds)}, options.arch),
@@ -230,12 +241,8 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                     if not _hidden_recheck(run, judging, seed):
                         return
             if options.timing.enabled and not run.failed and not _failed(judging):
-                with _timing_lock(run, worker), _judged_stage(run, judging, "timing",
-                                                              "timing the candidate and the baselines"):
-                    device_key = cache.key(run.device, run.versions)
-                    problem_key = cache.key(problem.sha256, problem.constants, device_key,
-                                            dataclasses.asdict(options.timing))
-                    run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms)
+                with _timing_lock(run, worker, "timing"), _judged_stage(run, judging, "timing", "timing the candidate"):
+                    run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms, baselines)
     except StageEnded:
         pass
     except WorkerFailure as failure:
@@ -366,23 +373,23 @@ def _hidden_recheck(run: Run, judging: Judging, seed: int) -> bool:
 
 
 @contextmanager
-def _timing_lock(run: Run, worker: WorkerProcess):
-    """The device's timing lock (devicelock.py) around the timing stage; a wait is said at once, becomes
-    a finding, and is not counted against the worker's time limit."""
+def _timing_lock(run: Run, worker: WorkerProcess, stage: str):
+    """The device's timing lock (devicelock.py) around a stage that times (the baselines, the candidate); a wait
+    is said at once, becomes a finding, and is not counted against the worker's time limit."""
     key = devicelock.device_key(run.device)
 
     def on_wait(holder: int | None) -> None:
-        run.on_progress(ProgressEvent("timing", f"waiting for the timing lock on {key}, held by "
+        run.on_progress(ProgressEvent(stage, f"waiting for the timing lock on {key}, held by "
                                       f"{f'pid {holder}' if holder else 'another evaluation'}", notice=True))
 
-    run.on_progress(ProgressEvent("timing", f"taking the timing lock on {key}"))  # a batch lane's cue (batch/gate.py)
+    run.on_progress(ProgressEvent(stage, f"taking the timing lock on {key}"))  # a batch lane's cue (batch/gate.py)
     with devicelock.timing_lock(run.options.cache_dir / "locks", key, on_wait=on_wait,
                                 clock_ms=run.clock_ms) as wait:
         if wait is not None:
             worker.extend_deadline(wait.waited_ms / 1e3)
             run.findings.append(Finding.of(
                 "timing-lock-wait", f"timing waited {wait.waited_ms / 1e3:.1f} s for another evaluation timing on "
-                f"{key} (pid {wait.holder_pid or 'unknown'})", stage="timing", waited_ms=round(wait.waited_ms, 1),
+                f"{key} (pid {wait.holder_pid or 'unknown'})", stage=stage, waited_ms=round(wait.waited_ms, 1),
                 holder_pid=wait.holder_pid, device=key))
         yield
 

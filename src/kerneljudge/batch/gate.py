@@ -1,7 +1,8 @@
 """One device shared by several lanes: their checks run side by side, a timing runs alone.
 
 Each lane on a device holds the device's gate while its evaluation uses it: shared for the stages
-that run code there (starting the processes, build, check, probes), exclusive for timing. A lane that
+that run code there (starting the processes, build, check, probes), exclusive for those that time (the
+reference's baselines, before the candidate is loaded; the candidate's timing). A lane that
 asks for the timing waits until no other lane's stage is running, and stages that start meanwhile wait
 for the timing to end (a waiting timing goes first, so it is never starved). So the stages of the next
 candidates overlap with each other, and with nothing of a timing. The lane learns where its evaluation
@@ -21,6 +22,8 @@ from kerneljudge.progress import CLOSING
 
 #: Stages of an evaluation that run nothing on the device.
 HOST_ONLY = frozenset({"load"})
+#: Stages that time: each runs alone on the device.
+TIMED = frozenset({"baselines", "timing"})
 
 
 class DeviceGate:
@@ -92,11 +95,12 @@ class Holder:
         if stage == CLOSING and self.held == "timing":
             self.gate.share_after_timing()
             self.held = "shared"
-        elif stage == "timing" and self.held != "timing":
+        elif stage in TIMED and self.held != "timing":
             self.release()
             self.on_wait(self.gate.take())
             self.held = "timing"
-        elif self.held is None:
+        elif stage not in TIMED and self.held != "shared":  # after the baselines, the build runs beside the others
+            self.release()
             self.on_wait(self.gate.share())
             self.held = "shared"
 

@@ -11,7 +11,7 @@ The next candidate's processes are pre-started while the current one is judged: 
 as the current candidate's worker has answered. A spare only imports torch on the host until it is
 taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
 runs on the GPU while the current candidate is timed, and the lane waits for its spares' start to end
-before the timing (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
+before each timing, the reference's and the candidate's (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
 the 16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would;
 another lane's spares may still be starting). On a CPU lane spares start only after an evaluation, as
 WorkerPool does (a process importing torch would compete with a host-clock timing); with several CPU
@@ -33,7 +33,7 @@ from typing import Sequence
 
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
-from kerneljudge.batch.gate import DeviceGate, Holder
+from kerneljudge.batch.gate import TIMED, DeviceGate, Holder
 from kerneljudge.isolation import WORKER, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.progress import ProgressEvent, ProgressObserver
@@ -108,11 +108,11 @@ class LocalLane:
             self._not_counted(seconds)
 
         holder = Holder(self.gate, on_wait=lambda seconds: waited("gate-wait", seconds))
-        started = {"done": False, "settled": False}
+        started = {"done": False, "settled": set()}
 
         def observe(event: ProgressEvent) -> None:
-            if self.prestart and started["done"] and event.stage == "timing" and not started["settled"]:
-                started["settled"] = True  # no spare still importing torch beside the timing (module docstring)
+            if self.prestart and event.stage in TIMED and event.stage not in started["settled"]:
+                started["settled"].add(event.stage)  # no spare still importing torch beside a timing (docstring)
                 waited("spares-wait", self.pool.settle())
             holder.on_stage(event.stage)
             if self.prestart and not started["done"] and event.stage == "build":

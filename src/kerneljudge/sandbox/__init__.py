@@ -36,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import kerneljudge
 from kerneljudge.proc.lifeline import PARENT, with_parent
@@ -61,6 +62,8 @@ DESCRIPTIONS = {
     "undumpable": "the judge's and the referee's memory cannot be read or written by the worker's user (/proc, ptrace)",
 }
 PROBE_TIMEOUT_S = 60
+FREEZE_WAIT_S = 0.5  # `freeze`: how long a worker's processes are given to show stopped
+STOPPED_STATES = ("T", "t", "Z", "X")  # stopped, traced, or ended
 SESSION_SCANS = 50  # the judge's own scans for processes left in the worker's session
 
 
@@ -416,17 +419,57 @@ def kill_session(session_id: int) -> None:
     """SIGKILL every process still in the worker's session, scanning /proc until none is left (the launcher
     reaps its descendants itself; this catches what is left when the launcher was killed first)."""
     for _ in range(SESSION_SCANS):
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if fields[0] not in ("Z", "X") and int(fields[3]) == session_id:
-                    found.append(int(entry))
-        if not _kill_all(found):
+        if not _kill_all(session_tasks(session_id)):
             return
+
+
+def session_tasks(session_id: int) -> list[int]:
+    """The live processes of a session, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            state = _stat(int(entry))
+            if state is not None and state[0] not in ("Z", "X") and int(state[3]) == session_id:
+                found.append(int(entry))
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state first), or None for a process gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def freeze(tasks: Callable[[], list[int]], clock: Callable[[], float] = time.monotonic) -> list[int]:
+    """SIGSTOP every process `tasks` lists, listing again until every one listed is stopped and no new one
+    appears (a process forks until its stop is delivered: the next list has its child); the pids stopped, for
+    `thaw`. Within FREEZE_WAIT_S: a process still not shown stopped by then (in uninterruptible sleep) stops
+    as soon as it leaves it."""
+    stopped: set[int] = set()
+    deadline = clock() + FREEZE_WAIT_S
+    while True:
+        new = [pid for pid in tasks() if pid not in stopped]
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        running = [pid for pid in stopped if (_stat(pid) or ["X"])[0] not in STOPPED_STATES]
+        if (not new and not running) or clock() > deadline:
+            return sorted(stopped)
+        time.sleep(0.0005 if running else 0)
+
+
+def thaw(pids: list[int]) -> None:
+    """SIGCONT each of `pids` (`freeze`'s)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _kill_all(pids: list[int]) -> bool:

@@ -12,6 +12,7 @@ constructor, no state copy, the reference first on the very values the candidate
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,13 @@ class SetupStarted:
     init_seed: int
     init_inputs_seed: int
     call_seed: int | None  # every reference call's (none under KernelBench's protocol: its trials reseed)
+    ready: dict[str, Any] | None = None  # the referee's reply, where it was collected already (`reference_built`)
+
+
+def reference_built(j: Judging, started: SetupStarted) -> SetupStarted:
+    """The referee's setup answered: the reference is built there (the baselines stage times it before the
+    worker imports the candidate)."""
+    return dataclasses.replace(started, ready=j.take(j.referee.collect(started.pending), STAGE))
 
 
 def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False) -> SetupStarted:
@@ -54,7 +62,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
     `reference_state`: where the worker's copy of the reference's state came from), None if a finding ended it."""
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
-        ready = j.take(j.referee.collect(started.pending), STAGE)
+        ready = started.ready if started.ready is not None else j.take(j.referee.collect(started.pending), STAGE)
 
         def construct(state: dict[str, Any] | None, derive: bool) -> dict[str, Any]:
             request = protocol.Construct(started.init_seed, started.init_inputs_seed, state and state["state"],

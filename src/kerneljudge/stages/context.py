@@ -35,6 +35,12 @@ class Judging:
     baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
     tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
 
+    def kept_baselines(self, problem_key: str) -> dict[str, Any] | None:
+        """The baselines a batch lane measured for this problem at an earlier candidate, or None."""
+        if self.baselines is None or not self.options.timing.baselines:
+            return None
+        return self.baselines.get(problem_key)
+
     def tell(self, stage: str, message: str, done: int | None = None, total: int | None = None) -> None:
         self.on_progress(ProgressEvent(stage, message, done, total))
 

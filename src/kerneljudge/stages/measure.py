@@ -12,6 +12,7 @@ inputs of every timed call after the first round come from fresh secret seeds (s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -26,6 +27,7 @@ from kerneljudge.seeds import fresh_seed
 from kerneljudge.stages.context import Judging, StageEnded
 
 STAGE = "timing"
+BASELINES = "baselines"  # the reference's stage, before the candidate is loaded (`run_baselines`)
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
 # Which measured calls' outputs are checked (CheckSchedule): drawn call by call, about the same number expected in
@@ -48,10 +50,14 @@ WATCH_DELAY_MAX_MS = 50.0
 # A GPU batch's input sets are refilled before its first call (refills between calls put the host's work inside
 # the calls' events), so a candidate could do a batch's work at one call and time the others at a fraction of it:
 # the median of the calls falls, the batch's total does not. Where the median of the calls is under this fraction
-# of the median of the batches' means, the batches' means are the samples reported (`timing-skewed`). Honest
-# level2/51 on the H200: 0.85-0.90 (a batch's first call carries some launch latency); a candidate gains at most
-# 1 / this by moving work between a batch's calls.
+# of the median of the batches' means, and the batch's calls together took more than SKEW_ALLOWANCE_MS beyond
+# their median, the batches' means are the samples reported (`timing-skewed`). A candidate gains at most 1 / this
+# by moving work between a batch's calls, or hides at most the allowance per batch.
 SKEWED_FRACTION = 0.75
+# An honest batch's first call carries the launches' latency after the refill (the device idle before it): on
+# the H200, 0.017-0.035 ms per batch for one to a few kernels (0.11 ms for level2/51's dozen small ones), which
+# for kernels of 15-30 us put the calls' median at 0.76-0.79 of the batches' means (benchmarks/skew_ratios.py).
+SKEW_ALLOWANCE_MS = 0.05
 # checked at secret positions among the first min_runs calls (the last batch's outputs instead when the budget ends
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
@@ -268,14 +274,14 @@ def _method(device: str, opts) -> str:
 
 
 def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRule, clock_ms,
-             check: bool = False, watch_delay_ms: float | None = None
-             ) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
+             check: bool = False, watch_delay_ms: float | None = None, stage: str = STAGE,
+             part: tuple[int, int] = (1, 1)) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
     """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable).
-    `watch_delay_ms` (GPU): watch some timed calls from inside their batches, each checked (worker/watch.py)."""
+    `watch_delay_ms` (GPU): watch some timed calls from inside their batches, each checked (worker/watch.py).
+    `stage` and `part` (its place among the stage's measurements): where its progress is told."""
     opts = j.options.timing
-    parts = _parts(opts)
-    part = list(parts).index(model) + 1
-    j.tell(STAGE, parts[model], part, len(parts))
+    name = _part_name(opts, model)
+    j.tell(stage, name, *part)
     set_seeds = [fresh_seed() for _ in range(opts.input_sets)]
     ready = process.call(protocol.TimeSetup(model, set_seeds, _method(j.device, opts), describe=process is j.referee))
     if ready.get("unavailable"):
@@ -322,7 +328,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     def after(i: int) -> None:
         if clock_ms() - told["ms"] >= PROGRESS_EVERY_MS:
             told["ms"] = clock_ms()
-            j.tell(STAGE, f"{parts[model]}: {checked['calls'] + 1} calls", part, len(parts))
+            j.tell(stage, f"{name}: {checked['calls'] + 1} calls", *part)
         # whether this output is checked is decided only now, here, after its batch returned
         checked["calls"] += 1
         position = checked["measured"]
@@ -382,12 +388,11 @@ def _watched(timer: RemoteTimer) -> list[Finding]:
     return found
 
 
-def _parts(opts) -> dict[str, str]:
-    """What the timing stage measures, in order, as progress names them."""
-    parts = {"eager": "baseline eager" if opts.baselines else "calibration (eager)"}
-    if opts.baselines and opts.compile_baseline:
-        parts["compile"] = "baseline compile"
-    return {**parts, "candidate": "candidate"}
+def _part_name(opts, model: str) -> str:
+    """A measurement as progress names it."""
+    if model == "eager":
+        return "baseline eager" if opts.baselines else "calibration (eager)"
+    return {"compile": "baseline compile"}.get(model, model)
 
 
 def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
@@ -417,19 +422,32 @@ def _reused_while_timed(j: Judging, i: int) -> None:
                                      "again)", stage=STAGE, call=i))
 
 
-def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> dict | None:
-    """The baselines (the eager one is the cross-check's reference and sets the watched calls' wait), then the
-    candidate, its claims cross-checked, then the floor. The reference is timed once, before the candidate: a
-    second time after it (the machine's drift between the two allowed for) cost as long again (0.2 s of a
-    level2/51 timing on the H200, alone on the device in a batch), and an excess that the machine's conditions
-    could explain is looked at again with the two taking turns (`_confirm`) before anyone is accused."""
+def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -> Baselines:
+    """Stage "baselines", before the worker imports the candidate: the reference timed (eager, and
+    torch.compile's), while nothing of the candidate's has run, so nothing of it (a thread loading the host,
+    a kernel left running on the device) can slow the reference down and flatter the speedup, or widen the
+    cross-check's reference. The pipeline skips this stage where a batch lane kept the problem's baselines
+    (`run_timing` then times a short eager run for the cross-check, the worker's processes stopped)."""
+    return _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
+
+
+def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float],
+               baselines: Baselines | None) -> dict | None:
+    """The candidate timed, its claims cross-checked against the reference's (`baselines`: measured in the
+    baselines stage; None where a batch lane kept them, `_kept`), then the floor. The reference is timed once,
+    before the candidate: a second time after it (the machine's drift between the two allowed for) cost as long
+    again (0.2 s of a level2/51 timing on the H200, alone on the device in a batch), and an excess that the
+    machine's conditions could explain is looked at again with the two taking turns (`_confirm`) before anyone
+    is accused."""
     opts = j.options.timing
-    stop = timing.StopRule(min_runs=opts.min_runs, max_runs=opts.max_runs, min_time_ms=opts.min_time_ms,
-                           budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
+    stop = _stop_rule(opts)
     try:
-        baselines = _baselines(j, stop, clock_ms, problem_key)
+        kept = baselines is None  # the timing stage times a short eager run first
+        if kept:
+            baselines = _kept(j, problem_key, clock_ms)
         candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True,
-                                                watch_delay_ms=_watch_delay_ms(baselines.eager_ms))
+                                                watch_delay_ms=_watch_delay_ms(baselines.eager_ms),
+                                                part=(2, 2) if kept else (1, 1))
     except StageEnded:
         return None
     per_call = candidate
@@ -440,7 +458,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
         if figures and name not in baselines.cached:
             rel_sem = figures.get("rel_sem")  # None (not finite) after a single run
             _warn_if_noisy(j, f"baseline {name}, so the speedup against it too: ",
-                           math.inf if rel_sem is None else rel_sem, figures.get("n"), None, "baselines")
+                           math.inf if rel_sem is None else rel_sem, figures.get("n"), None, BASELINES)
     slack = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines.figures, baselines.cached,
@@ -451,10 +469,15 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     return block.to_json()
 
 
+def _stop_rule(opts) -> timing.StopRule:
+    return timing.StopRule(min_runs=opts.min_runs, max_runs=opts.max_runs, min_time_ms=opts.min_time_ms,
+                           budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
+
+
 def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Measurement:
     """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (each batch's mean
-    per call; the batches are the measurement's calls in consecutive groups of `batch`), the batches' means as
-    its samples, with `timing-skewed`."""
+    per call; the batches are the measurement's calls in consecutive groups of `batch`) by more than
+    SKEW_ALLOWANCE_MS a batch, the batches' means as its samples, with `timing-skewed`."""
     if batch <= 1:
         return measured
     samples = measured.samples_ms
@@ -462,7 +485,8 @@ def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Me
     if len(means) < 2:
         return measured
     per_batch = timing.Stats.from_samples(means)
-    if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms:
+    excess_ms = (per_batch.median_ms - measured.stats.median_ms) * batch
+    if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms or excess_ms <= SKEW_ALLOWANCE_MS:
         return measured
     j.findings.append(Finding.of(
         "timing-skewed", f"the median of the timed calls, {measured.stats.median_ms:.4g} ms, is under "
@@ -495,24 +519,41 @@ class Baselines:
     eager_ms: float | None
 
 
+def _kept(j: Judging, problem_key: str, clock_ms) -> Baselines:
+    """A batch lane's baselines of the problem, measured in full at an earlier candidate, and a short eager run
+    now for the cross-check (the worker's processes stopped meanwhile: nothing of the candidate runs on the
+    host while the reference is timed). Where that run's time disagrees with the kept one, the kept figures
+    still give this result's speedups (they were measured before any candidate code had run; this run was
+    not), and the lane forgets them: its next candidate of the problem measures them again, first."""
+    memo = j.kept_baselines(problem_key)
+    with j.worker.frozen():
+        short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms, part=(1, 2))
+    short_ms = short.stats.median_ms if short is not None else None
+    then_ms = memo["eager"]["median_ms"]
+    if short_ms is None or not _agrees(short_ms, then_ms):
+        j.baselines.pop(problem_key, None)
+        j.findings.append(Finding.of(
+            "baseline-disagrees", f"the reference's eager time now, {f'{short_ms:.4g} ms' if short_ms else 'none'}, "
+            f"is not within {COMPILE_CACHE_FACTOR:g}x of the {then_ms:.4g} ms this lane measured before: the speedups "
+            "are against the lane's figures, measured again before its next candidate of this problem",
+            stage=BASELINES, eager_ms=short_ms, kept_eager_ms=then_ms))
+    return Baselines(dict(memo), sorted(memo), short_timer, short_ms)
+
+
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> Baselines:
     """Eager always (it calibrates the cross-check; a short run when baselines are off), torch.compile from
     the cache while the eager time it was measured beside agrees with this run's. In a batch lane
-    (`j.baselines`), a problem's baselines are measured in full once: later candidates time eager only
-    as long as the cross-check needs, and reuse the lane's baselines while that time agrees with them."""
+    (`j.baselines`), a problem's baselines are measured in full once and kept for its later candidates."""
     opts = j.options.timing
-    memo = j.baselines.get(problem_key) if j.baselines is not None and opts.baselines else None
-    if memo is not None:
-        short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms)
-        if short is not None and _agrees(short.stats.median_ms, memo["eager"]["median_ms"]):
-            return Baselines(dict(memo), sorted(memo), short_timer, short.stats.median_ms)
-    eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms)
+    both = opts.baselines and opts.compile_baseline
+    eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms,
+                                          stage=BASELINES, part=(1, 2 if both else 1))
     eager_ms = eager.stats.median_ms if eager is not None else None
     if not opts.baselines:
         return Baselines({}, [], eager_timer, eager_ms)
     found: dict[str, Any] = {"eager": eager.stats.to_json() if eager else None}
     if why:
-        j.findings.append(Finding.of("baseline-unavailable", f"eager: {why}", stage="baselines"))
+        j.findings.append(Finding.of("baseline-unavailable", f"eager: {why}", stage=BASELINES))
     cached: list[str] = []
     if opts.compile_baseline and eager is not None:
         entry = cache.load(j.options.cache_dir, "baselines", problem_key) or {}
@@ -522,10 +563,10 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
                 _within(compiled.get("median_ms"), now, COMPILE_EAGER_FACTOR):
             found["compile"], cached = compiled, ["compile"]
         else:
-            compiled, _, _, why = _measure(j, j.referee, "compile", stop, clock_ms)
+            compiled, _, _, why = _measure(j, j.referee, "compile", stop, clock_ms, stage=BASELINES, part=(2, 2))
             found["compile"] = compiled.stats.to_json() if compiled else None
             if why:
-                j.findings.append(Finding.of("baseline-unavailable", f"compile: {why}", stage="baselines"))
+                j.findings.append(Finding.of("baseline-unavailable", f"compile: {why}", stage=BASELINES))
             elif compiled.stats.rel_sem <= CACHEABLE_REL_SEM:
                 cache.save(j.options.cache_dir, "baselines", problem_key,
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
@@ -598,7 +639,8 @@ def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> 
             first = start + len(differences) * candidate.batch
             for timer in (candidate, reference):
                 timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
-                timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
+                with j.worker.frozen() if timer is reference else contextlib.nullcontext():
+                    timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
             differences.append(candidate.slacks_ms[-1] - reference.slacks_ms[-1])
             reference_slacks.append(reference.slacks_ms[-1])
         excess = _median(differences)
