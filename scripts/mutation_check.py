@@ -214,8 +214,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "for rounds in (CONFIRM_ROUNDS, CONFIRM_MORE_ROUNDS):", "for rounds in (CONFIRM_ROUNDS,):",
              (_k(REFEREE, "honest_only_while_the_judge_confirms"),)),
     Mutation("timed-check-default-tolerance", "stages/context.py",
-             "check.atol, check.rtol, rule, keep, verdict_only)",
-             "*((None, None) if rule == \"timed\" else (check.atol, check.rtol)), rule, keep, verdict_only)",
+             "check.atol, check.rtol, rule, keep, verdict_only, held)",
+             "*((None, None) if rule == \"timed\" else (check.atol, check.rtol)), rule, keep, verdict_only, held)",
              (_k(KILLS, "beyond_the_guaranteed"),), "the timed checks ignore --atol/--rtol"),
     Mutation("compile-cache-always-trusted", "stages/measure.py",
              "if _within(entry.get(\"eager_median_ms\"), now, COMPILE_CACHE_FACTOR) and \\\n"

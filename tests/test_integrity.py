@@ -163,6 +163,22 @@ def test_replay_during_timing_is_caught_by_the_timed_output_check(fast):
     assert result.timing["checked_outputs"] >= 2
 
 
+@pytest.mark.parametrize("held_bytes_max", [2 << 30, 0])
+def test_timed_outputs_are_compared_after_the_timing_or_at_once_beyond_the_referees_budget(fast, monkeypatch,
+                                                                                          held_bytes_max):
+    """The referee copies each checked timed output when it is taken and compares them after the timing (stage
+    "timed-checks": the reference's outputs drawn and compared off the device's exclusive time); beyond its
+    budget for held outputs (none here: 0 bytes) each is compared at once, inside the timing. Either way a
+    replay while timed fails the same."""
+    from kerneljudge.stages import measure
+
+    monkeypatch.setattr(measure, "HELD_BYTES_MAX", held_bytes_max)
+    result = judge(fast, "replay_after_warmup", timing=CHECKED_TIMING)
+    assert_caught(result, "timed-output-mismatch")
+    assert ("timed-checks" in result.stage_ms) == (held_bytes_max > 0), result.stage_ms
+    assert result.timing["checked_outputs"] >= 2
+
+
 def test_a_replay_after_the_first_few_hundred_timed_calls_is_checked(fast):
     """512 timed calls (the 2 guaranteed checks among the first 10), the last ~270 replayed: the checks reach
     every doubling of the measurement (measure.CheckSchedule), so some land among the replayed calls (about 11

@@ -128,15 +128,15 @@ def test_an_output_whose_rows_are_not_the_batchs_is_not_split(fast, tmp_path):
 
 
 def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast):
-    """On the CPU a stage's figure is the resident set's high-water mark at its end: it never falls from
-    one stage to the next, and the last is the process's peak."""
+    """On the CPU a stage's figure is the resident set's peak in the stage (where the kernel lets the mark be
+    reset; else the high-water mark so far): each is a live process's figure, none above the process's peak."""
     result = api.evaluate("level2/51", "@pytorch", fast, timing={"enabled": True, "budget_ms": 20, "baselines": False})
     stages = result.memory["stages"]  # (the verdict is the timing's business: not what this test is about)
-    assert list(stages) == ["baselines", "check", "probes", "timing"], [(f.code, f.message) for f in result.findings]
+    assert list(stages) == ["baselines", "check", "probes", "timing", "timed-checks"], [
+        (f.code, f.message) for f in result.findings]
     for process in ("referee", "worker"):
         marks = [stages[stage][process] for stage in stages]
-        assert all(mark > 0 for mark in marks) and marks == sorted(marks), (process, marks)
-        assert marks[-1] <= result.memory[process]["rss_peak_bytes"]
+        assert all(mark > 0 for mark in marks) and max(marks) <= result.memory[process]["rss_peak_bytes"], marks
 
 
 def test_a_failed_build_still_reports_both_processes_memory(fast):

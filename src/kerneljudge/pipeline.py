@@ -1,6 +1,6 @@
 """The evaluation pipeline, readable from the top:
 
-    load problem -> load candidate -> baselines -> build -> check -> probe -> time -> verdict
+    load problem -> load candidate -> baselines -> build -> check -> probe -> time -> timed checks -> verdict
 
 Each stage is one call with typed values in and out; each stage's wall time is recorded on the
 result, and its start is told to the `on_progress` observer (progress.py), with the worker's own
@@ -243,6 +243,10 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
             if options.timing.enabled and not run.failed and not _failed(judging):
                 with _timing_lock(run, worker, "timing"), _judged_stage(run, judging, "timing", "timing the candidate"):
                     run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms, baselines)
+                if judging.held_checks and not _blocked(judging):  # the device no longer the timing's alone
+                    with _judged_stage(run, judging, "timed-checks", f"comparing {len(judging.held_checks)} timed "
+                                       "outputs with the reference's"):
+                        measure.run_held_checks(judging)
     except StageEnded:
         pass
     except WorkerFailure as failure:

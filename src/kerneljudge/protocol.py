@@ -186,6 +186,20 @@ class Compare(Request):
     rule: str = "strict"
     keep: bool = False  # keep the expectation for another Compare of the same seed
     verdict_only: bool = False
+    held: bool = False  # the output HoldOutput kept for `index` (then `output` is empty)
+
+
+@request
+@dataclass(frozen=True)
+class HoldOutput(Request):
+    """Copy a timed call's output (blobs) now and keep it for a later Compare of it (`held`): the comparison,
+    and drawing the reference's output it needs, then run after the timing, outside its time alone on the
+    device. Nothing is copied where the outputs held would pass `budget_bytes` in all, or a quarter of the
+    device's free memory. Reply: held (bool), or findings (a malformed output)."""
+    op: ClassVar[str] = "hold-output"
+    index: int
+    output: dict[str, Any]
+    budget_bytes: int
 
 
 @request

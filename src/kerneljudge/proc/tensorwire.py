@@ -160,6 +160,17 @@ def _dtype_shape(meta: Any) -> tuple[torch.dtype, list[int]]:
     return dtype, shape
 
 
+def output_bytes(meta: dict[str, Any]) -> int:
+    """The bytes of a described output's tensors (its description checked as `unpack_output` does)."""
+    if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
+        raise WireError("malformed output description")
+    total = 0
+    for fact in meta.get("tensors") or []:
+        dtype, shape = _dtype_shape(fact)
+        total += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return total
+
+
 def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, shared: bool = False) -> torch.Tensor:
     """The tensor a description names, checked; `shared`: whether a CUDA IPC description may be taken (only
     where the referee opened this worker's probe: otherwise none was agreed, and none is opened)."""

@@ -25,6 +25,7 @@ from kerneljudge.records import Finding
 from kerneljudge.referee import compare, ranges
 from kerneljudge.referee.session import KERNELBENCH_SEED, RefereeSession
 
+HOLD_FREE_FRACTION = 0.25  # a timed output is held (HoldOutput) only where it takes at most this of the free memory
 HEAVY_SHARE = 0.10  # an op taking this share of the reference's profiled time is one of its heavy ops
 REFERENCE_PROFILE_CALLS = 3  # one call's CPU times are noisy
 # Data movement and bookkeeping ops: never "the reference's computation".
@@ -57,9 +58,11 @@ class Referee:
         self.session: RefereeSession | None = None
         self.timed: TimedModel | None = None
         self.timed_eager = False  # whether `timed` times the reference eager (not under torch.compile)
+        self.held: dict[int, tuple[compare.Received, int]] = {}  # timed outputs kept for a later Compare, and bytes
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
-            protocol.Compare: self.compare, protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
+            protocol.Compare: self.compare, protocol.HoldOutput: self.hold_output,
+            protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
             protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan,
             protocol.RangeSet: self.range_set, protocol.StateOf: self.state_of,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
@@ -149,13 +152,25 @@ class Referee:
         with tensorwire.values_in_place(described, blobs, self.accepts_shared) as after:
             return not same_bits(kept, after)
 
+    def hold_output(self, request: protocol.HoldOutput, blobs: list) -> Reply:
+        try:
+            size = tensorwire.output_bytes(request.output)
+            held = sum(n for _, n in self.held.values())
+            if held + size > request.budget_bytes or size > HOLD_FREE_FRACTION * memory.device_free_bytes(self.device):
+                return {"held": False}, []
+            self.held[request.index] = (self._received(request.output, blobs), size)
+        except tensorwire.WireError as exc:
+            return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
+                                            stage="timing").to_json()]}, []
+        return {"held": True}, []
+
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
         kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
         if kept is None:
             raise ValueError(f"no inputs were drawn for seed {request.seed}")
         findings: list[Finding] = []
         try:
-            received = self._received(request.output, blobs)
+            received = self.held.pop(request.index)[0] if request.held else self._received(request.output, blobs)
             mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs, request.inputs_after,
                                                                                blobs)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing

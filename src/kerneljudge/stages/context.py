@@ -34,6 +34,7 @@ class Judging:
     on_progress: ProgressObserver = ignore
     baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
     tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
+    held_checks: list[Any] = field(default_factory=list)  # timed outputs the referee holds, to compare (measure.py)
 
     def kept_baselines(self, problem_key: str) -> dict[str, Any] | None:
         """The baselines a batch lane measured for this problem at an earlier candidate, or None."""
@@ -92,14 +93,18 @@ class Judging:
         request = protocol.Observe(what, drawn["inputs"], drawn.get("draw"), drawn.get("transform"))
         return self.take(self.worker.call(request, drawn["_blobs"]), stage)
 
-    def compare(self, seed: int, index: int, reply: dict[str, Any], stage: str, *, rule: str = "strict",
+    def compare(self, seed: int, index: int, reply: dict[str, Any] | None, stage: str, *, rule: str = "strict",
                 inputs: bool = False, keep: bool = False, verdict_only: bool = False) -> tuple[Trial, list[Finding], int]:
         """The referee's comparison of a worker's output with the kept expectation of `seed` (`verdict_only`: a
-        passing trial without figures, and no unwritten count: protocol.Compare)."""
+        passing trial without figures, and no unwritten count: protocol.Compare). `reply` None: the output the
+        referee holds for `index` (protocol.HoldOutput)."""
         check = self.options.check
+        held = reply is None
+        reply = reply or {"output": {}, "_blobs": []}
         answer = self.referee.call(protocol.Compare(seed, index, reply["output"],
                                                     reply.get("inputs_after") if inputs else None,
-                                                    check.atol, check.rtol, rule, keep, verdict_only), reply["_blobs"])
+                                                    check.atol, check.rtol, rule, keep, verdict_only, held),
+                                   reply["_blobs"])
         if answer.get("error"):
             self.take(answer, stage)  # a referee fault ends the stage
         findings = [_finding(f, stage) for f in answer.get("findings") or []]

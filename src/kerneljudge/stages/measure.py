@@ -86,6 +86,9 @@ PROGRESS_EVERY_MS = 250.0
 # The judge's pause before each timed request on the CPU (see Pacer): on the 2-core EPYC VM, 2 ms of idle
 # time before a 64 MiB flush was enough for it to run unpreempted under heavy load.
 CPU_FLUSH_REST_MS = 4.0
+# Timed outputs the referee may hold at once for their comparison after the timing (HoldOutput); beyond it (or a
+# quarter of the device's free memory) an output is compared at once, inside the timing
+HELD_BYTES_MAX = 2 << 30
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
 # run's, both ways (wide enough for a noisy CPU, where compiling again costs 8-27 s; a stale entry from
@@ -395,15 +398,52 @@ def _part_name(opts, model: str) -> str:
     return {"compile": "baseline compile"}.get(model, model)
 
 
+@dataclass(frozen=True)
+class HeldCheck:
+    """A timed output the referee copied and holds, to be compared after the timing (`run_held_checks`)."""
+
+    index: int
+    seed: int  # its inputs' values
+    watched: bool
+
+
 def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
-    if any(f.code == "timed-output-mismatch" for f in j.findings):
+    """Timed call `i`'s output, taken from the worker now: held by the referee for a comparison after the
+    timing (drawing the reference's output and comparing took ~13 ms of a level2/51 check on the H200, the
+    device the timing's alone meanwhile), or compared now where it would not fit the referee's budget."""
+    if _mismatched(j):
         return
     exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
     if exported.get("reused") is True:  # a later call of its batch returned the same memory: that fails as such
         _reused_while_timed(j, i)
         return
-    j.draw(seed, STAGE, timed=True)
-    trial, findings, _ = j.compare(seed, i, exported, STAGE, rule="timed", verdict_only=True)
+    held = j.take(j.referee.call(protocol.HoldOutput(i, exported["output"], HELD_BYTES_MAX), exported["_blobs"]), STAGE)
+    if held.get("held") is True:
+        j.held_checks.append(HeldCheck(i, seed, watched))
+        return
+    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)  # the blobs went with the hold: again
+    _compare_timed(j, HeldCheck(i, seed, watched), exported)
+
+
+def run_held_checks(j: Judging) -> None:
+    """Stage "timed-checks", after the timing: the timed outputs the referee held, each compared with the
+    reference's output for its inputs (the first that differs fails the candidate; the rest are not needed)."""
+    for check in j.held_checks:
+        if _mismatched(j):
+            break
+        _compare_timed(j, check, None)
+    j.held_checks.clear()
+
+
+def _mismatched(j: Judging) -> bool:
+    return any(f.code == "timed-output-mismatch" for f in j.findings)
+
+
+def _compare_timed(j: Judging, check: HeldCheck, exported: dict | None) -> None:
+    """One timed output compared (`exported`: the worker's reply; None: the one the referee holds)."""
+    i, watched = check.index, check.watched
+    j.draw(check.seed, STAGE, timed=True)
+    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", verdict_only=True)
     if not trial.passed:
         how = (" (its inputs were written in the caller's stream order just before it, after a wait: work that does "
                "not wait for the caller's stream read the old ones)") if watched else ""
