@@ -284,7 +284,14 @@ def test_the_reference_is_timed_alone_and_its_candidates_build_beside_the_other_
     first.on_stage("build")  # then its build shares the device with the other lanes' stages
     checking.join(5)
     assert log == ["check"] and not gate.timing and gate.sharing == 1
+    first.on_stage("timing")
+    assert gate.timing and not gate.sharing
+    first.on_stage("timed-checks")  # its timed outputs compared beside the other lanes' stages
+    assert not gate.timing and gate.sharing == 1
+    first.on_stage(CLOSING)
+    assert not gate.timing and gate.sharing == 1
     first.release()
+    assert not gate.timing and not gate.sharing
 
 
 def test_a_timings_processes_end_beside_other_lanes_checks_but_not_beside_a_timing():

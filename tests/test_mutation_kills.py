@@ -255,7 +255,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging
 
-    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0]), [], []
+    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 9.0]), [], []
 
     def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1)):
         asked.append((model, "short" if stop is measure.CALIBRATION else "full", stage, len(frozen)))
@@ -265,17 +265,17 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     @contextlib.contextmanager
     def worker_frozen():
         frozen.append(True)
-        yield
+        yield []  # none kept running
         frozen.remove(True)
 
     monkeypatch.setattr(measure, "_measure", fake_measure)
     j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), SimpleNamespace(frozen=worker_frozen),
-                None, "cpu")
+                SimpleNamespace(call=lambda request: {}), "cpu")
     j.baselines = {}
 
     def baselines():
-        kept = j.kept_baselines("the-problem") is not None
-        measured = measure._kept(j, "the-problem", lambda: 0.0) if kept else \
+        kept = j.kept_baselines("the-problem")
+        measured = measure._kept(j, "the-problem", kept, lambda: 0.0) if kept else \
             measure.run_baselines(j, "the-problem", lambda: 0.0)
         return measured.figures["eager"]["median_ms"], measured.timer, measured.cached
 
@@ -286,6 +286,29 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     assert [f.code for f in j.findings] == ["baseline-disagrees"] and j.kept_baselines("the-problem") is None
     assert baselines() == (2.5, "timer 2.5", []) and asked[3] == ("eager", "full", "baselines", 0)
     assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
+    # the memo is the device's, its lanes' together: a lane whose run disagrees with the figures it read does
+    # not forget newer ones another lane measured meanwhile
+    read, newer = j.kept_baselines("the-problem"), {"eager": {"median_ms": 9.0}}
+    j.baselines["the-problem"] = newer
+    assert measure._kept(j, "the-problem", read, lambda: 0.0).figures == read  # 9.0 disagrees with 2.5
+    assert j.kept_baselines("the-problem") is newer
+
+
+def test_a_worker_that_keeps_running_while_stopped_for_the_reference_is_tampering(fast, monkeypatch):
+    """`WorkerProcess.frozen` yields the worker's processes still running after its stop (continued by another's
+    SIGCONT: tests/test_sandbox.py): the reference is not timed beside them, and the candidate fails."""
+    from kerneljudge.stages import measure
+    from kerneljudge.stages.context import Judging, StageEnded
+
+    @contextlib.contextmanager
+    def resisting():
+        yield [4321]
+
+    monkeypatch.setattr(measure, "_measure", lambda *args, **kwargs: pytest.fail("timed beside a running worker"))
+    j = Judging(fast.replace(timing={"enabled": True}), SimpleNamespace(frozen=resisting), None, "cpu")
+    with pytest.raises(StageEnded):
+        measure._kept(j, "the-problem", {"eager": {"median_ms": 1.0}}, lambda: 0.0)
+    assert [(f.code, f.severity) for f in j.findings] == [("tampering", "fail")] and "4321" in j.findings[0].message
 
 
 # --- the parameter probes change buffers too -------------------------------------------------------------
@@ -308,3 +331,19 @@ def test_every_mutants_snippet_is_still_in_the_source():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "timed-mismatch-ignored" in done.stdout
+
+
+def test_a_reference_that_cannot_be_timed_leaves_the_candidate_checked_not_timed(fast, monkeypatch):
+    """The baselines stage comes before the build: a failure there (a referee's timed call that fails) must not
+    end the evaluation before the candidate is checked. The candidate is checked, not timed, and the result says
+    why."""
+    from kerneljudge.stages import measure
+    from kerneljudge.stages.context import StageEnded
+
+    def failing(*args, **kwargs):
+        raise StageEnded()
+
+    monkeypatch.setattr(measure, "_baselines", failing)
+    result = api.evaluate(SEED, CANDIDATES / "core" / "correct.py", fast.replace(timing={"enabled": True}))
+    assert result.verdict == "pass" and result.trials and result.timing is None
+    assert "baseline-unavailable" in codes(result) and "baselines" in result.stage_ms

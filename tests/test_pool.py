@@ -102,5 +102,5 @@ def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeyp
         lane.close()
     assert result.verdict == "pass" and result.timing
     # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
-    assert settled == [("problem-lint", 0), ("probes" if "probes" in stages else "check", 1)]
+    assert settled == [("reference", 0), ("probes" if "probes" in stages else "check", 1)]
     assert stages.index("timing") > stages.index("build")

@@ -25,8 +25,8 @@ def test_events_follow_the_stages_and_the_worker_tells_its_build_and_timing(fast
                           on_progress=events.append)
     assert result.verdict == "pass"
     starts = [e.stage for e in events if e.done is None and e.stage in result.stage_ms]
-    assert [s for i, s in enumerate(starts) if s not in starts[:i]] == ["load", "worker", "problem-lint", "baselines",
-                                                                         "build", "check", "probes", "timing",
+    assert [s for i, s in enumerate(starts) if s not in starts[:i]] == ["load", "worker", "problem-lint", "reference",
+                                                                         "baselines", "build", "check", "probes", "timing",
                                                                          "timed-checks", "closing"]
     built = [e.message for e in events if e.stage == "build"]
     assert any("compiling" in m or "build cache hit" in m for m in built), built

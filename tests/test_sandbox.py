@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -564,15 +565,16 @@ def test_freeze_stops_every_process_of_a_forking_tree_until_thaw():
             if len(tasks()) >= 4:
                 break
             time.sleep(0.05)
-        stopped = sandbox.freeze(tasks)
+        stopped: list[int] = []
+        assert sandbox.freeze(tasks, stopped) == []  # none kept running
         before = {pid: _state_and_cpu(pid) for pid in stopped}
         assert len(stopped) >= 4 and set(tasks()) == set(stopped)
         assert all(state == "T" for state, _ in before.values()), before
         time.sleep(0.3)
         assert {pid: _state_and_cpu(pid) for pid in stopped} == before and set(tasks()) == set(stopped)
         sandbox.thaw(stopped)
-        ran = lambda: [pid for pid in stopped if (_state_and_cpu(pid) or ("X", 0))[1] > before[pid][1]]  # noqa: E731
-        assert gone(lambda: [] if ran() else [True]) == []
+        idle = lambda: [pid for pid in stopped if (_state_and_cpu(pid) or ("X", 0))[1] <= before[pid][1]]  # noqa: E731
+        assert gone(idle) == []  # every one of them ran again
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
@@ -588,10 +590,61 @@ def test_a_frozen_worker_runs_nothing_and_answers_after_it_is_thawed(fast):
     options = fast.worker_options()
     with WorkerProcess(options) as worker:
         worker.call(first_ping(options, "cpu", WORKER))
-        with worker.frozen():
+        with worker.frozen() as running:
             listed = worker.cgroup.tasks() if worker.cgroup is not None else sandbox.session_tasks(worker.process.pid)
             states = {pid: (_state_and_cpu(pid) or ("X", 0))[0] for pid in listed}
-            assert listed and all(state == "T" for state in states.values()), states
-        assert states == {pid: "T" for pid in listed}
+        assert running == [] and listed and states == {pid: "T" for pid in listed}, states
         assert worker.call(protocol.Ready()) is not None
         assert all((_state_and_cpu(pid) or ("X", 0))[0] != "T" for pid in listed)
+
+
+def test_processes_that_continue_each_other_are_stopped_again_or_said_to_keep_running():
+    """Processes that send each other SIGCONT as soon as they can (a ring) are each stopped again until all are
+    stopped at once (a stop sent once each let them all run on: the freeze returned after its wait, every one
+    running); where that cannot be done in time, `freeze` names ones still running (the judge then fails the
+    candidate: tests/test_mutation_kills.py)."""
+    ring = ("import os, signal, sys, time\n"
+            "pids = []\n"
+            "for _ in range(4):\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        while True:\n"
+            "            for other in [int(p) for p in open(sys.argv[1]).read().split()]:\n"
+            "                try: os.kill(other, signal.SIGCONT)\n"
+            "                except OSError: pass\n"
+            "    pids.append(pid)\n"
+            "open(sys.argv[1], 'w').write(' '.join(map(str, pids + [os.getpid()])))\n"
+            "while True:\n"
+            "    for other in pids:\n"
+            "        try: os.kill(other, signal.SIGCONT)\n"
+            "        except OSError: pass\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".pids", delete=False) as listing:
+        listing.write("")
+    root = subprocess.Popen([sys.executable, "-S", "-c", ring, listing.name], start_new_session=True)
+    tasks = functools.partial(sandbox.session_tasks, root.pid)
+    try:
+        assert gone(lambda: [] if len(Path(listing.name).read_text().split()) == 5 else [True]) == []
+        stopped: list[int] = []
+        running = sandbox.freeze(tasks, stopped)
+        states = {pid: (_state_and_cpu(pid) or ("X", 0))[0] for pid in tasks()}
+        # never "all stopped" while one runs: all stopped at once stay stopped (none is left to continue them)
+        assert (running == [] and set(states.values()) == {"T"}) or set(running) <= set(states), (running, states)
+        sandbox.thaw(stopped)
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+        os.unlink(listing.name)
+
+
+def test_freeze_names_a_process_still_running_at_its_deadline(monkeypatch):
+    """A process that never shows stopped (here /proc is read as saying it runs) is named once FREEZE_WAIT_S has
+    passed, never taken for stopped."""
+    child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(sandbox, "_stat", lambda pid: ["R"] if pid == child.pid else None)
+        stopped: list[int] = []
+        assert sandbox.freeze(lambda: [child.pid], stopped) == [child.pid] and stopped == [child.pid]
+    finally:
+        sandbox.thaw([child.pid])
+        child.kill()
+        child.wait()

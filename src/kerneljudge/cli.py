@@ -279,7 +279,8 @@ def check_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
 @click.argument("solutions", nargs=-1)
 @with_options(COMMON_OPTIONS, CHECKING_OPTIONS, TIMING_OPTIONS)
 def bench_command(problem: str, solutions: tuple[str, ...], **kw) -> None:
-    """Timing against the baselines, after the checks that make a time meaningful: the agents' benchmark."""
+    """Timing against the baselines (timed before the candidate is loaded), after the checks that make a time
+    meaningful: the agents' benchmark."""
     run_verb("bench", problem, solutions, build_options(kw), kw)
 
 

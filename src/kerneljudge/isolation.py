@@ -174,19 +174,23 @@ class WorkerProcess:
 
     @contextmanager
     def frozen(self):
-        """Every process of the worker stopped (SIGSTOP) for the block and continued after it: the reference is
-        timed meanwhile, and nothing of the candidate's may load the host then (its cgroups' processes, however
-        they detached; else its session's). Linux only; elsewhere a no-op."""
+        """Every process of the worker stopped (SIGSTOP) for the block and continued after it (its cgroups'
+        processes, however they detached; else its session's): the reference is timed meanwhile, and nothing
+        of the candidate's may load the host then. Yields the pids that kept running (continued by another's
+        SIGCONT, or by a tracer): an attempt to run anyway. The time stopped is not the worker's. Linux only;
+        elsewhere nothing is stopped."""
         if self.process is None or self.dead or not sys.platform.startswith("linux"):
-            yield
+            yield []
             return
         tasks = self.cgroup.tasks if self.cgroup is not None else functools.partial(sandbox.session_tasks,
                                                                                     self.process.pid)
-        stopped = sandbox.freeze(tasks)
+        stopped: list[int] = []
+        started = self.clock()
         try:
-            yield
+            yield sandbox.freeze(tasks, stopped)
         finally:
             sandbox.thaw(stopped)
+            self.extend_deadline(self.clock() - started)
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""

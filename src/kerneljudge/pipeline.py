@@ -129,8 +129,8 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
              baselines: dict | None = None) -> Result:
     """Judge one candidate against one problem, and record the result (options.store_path).
     With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool); `on_progress` is
-    told what each stage is doing (progress.py). `baselines`: a batch lane's memo of the baselines it
-    measured (stages/measure.py), reused by its later candidates of the same problem.
+    told what each stage is doing (progress.py). `baselines`: the memo a batch keeps per device of the
+    baselines its lanes measured (stages/measure.py), reused by their later candidates of the same problem.
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
@@ -210,15 +210,17 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
             with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
-            baselines = problem_key = device_key = None
+            measured = kept = problem_key = device_key = None
             if options.timing.enabled:
                 device_key = cache.key(run.device, run.versions)
                 problem_key = cache.key(problem.sha256, problem.constants, device_key, dataclasses.asdict(options.timing))
-                if judging.kept_baselines(problem_key) is None:  # the reference timed before any candidate code runs
+                kept = judging.kept_baselines(problem_key)  # read once: another lane may forget them meanwhile
+                if kept is None:  # the reference timed before any candidate code runs
+                    with run.stage("reference", "the referee building the reference", referee):
+                        setup = check.reference_built(judging, setup)
                     with _timing_lock(run, worker, "baselines"), _judged_stage(
                             run, judging, "baselines", "timing the reference, before the candidate is loaded"):
-                        setup = check.reference_built(judging, setup)
-                        baselines = measure.run_baselines(judging, problem_key, run.clock_ms)
+                        measured = measure.run_baselines(judging, problem_key, run.clock_ms)
             with run.stage("build", "importing the problem and the candidate", worker, referee):
                 reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
@@ -242,7 +244,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                         return
             if options.timing.enabled and not run.failed and not _failed(judging):
                 with _timing_lock(run, worker, "timing"), _judged_stage(run, judging, "timing", "timing the candidate"):
-                    run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms, baselines)
+                    run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms, measured, kept)
                 if judging.held_checks and not _blocked(judging):  # the device no longer the timing's alone
                     with _judged_stage(run, judging, "timed-checks", f"comparing {len(judging.held_checks)} timed "
                                        "outputs with the reference's"):
@@ -334,7 +336,7 @@ def _collect(run: Run, judging: Judging) -> None:
 def _check(run: Run, judging: Judging, problem_data: dict, seed: int, started: check.SetupStarted) -> bool:
     """Strict trials; under --protocol kernelbench, KernelBench's trials give the verdict and the strict
     trials run too, so the report can say where the two disagree. `started`: the referee's first setup,
-    sent during the build."""
+    sent before the build (and collected before it where the reference is timed first)."""
     trials = run.options.check.trials
     if run.options.protocol == "kernelbench":
         ready = check.setup(judging, problem_data, seed, kernelbench=True, started=started)

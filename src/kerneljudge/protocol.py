@@ -191,6 +191,14 @@ class Compare(Request):
 
 @request
 @dataclass(frozen=True)
+class TimeDone(Request):
+    """The referee's timing state dropped (the timed model's input sets and outputs, the timed outputs still
+    held): not kept through the stages that follow. Reply: nothing."""
+    op: ClassVar[str] = "time-done"
+
+
+@request
+@dataclass(frozen=True)
 class HoldOutput(Request):
     """Copy a timed call's output (blobs) now and keep it for a later Compare of it (`held`): the comparison,
     and drawing the reference's output it needs, then run after the timing, outside its time alone on the

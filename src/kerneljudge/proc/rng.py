@@ -35,10 +35,12 @@ class CallSeeding:
     seed: int | None
     device: torch.device
     stochastic: bool = False
+    seen: bool = False  # whether a call was watched (`timed` knows `stochastic` only then)
 
     def call(self, fn: Callable[[], Any]) -> Any:
         if self.seed is None:
             return fn()
+        self.seen = True
         seed_generators(self.seed, self.device)
         before = _states(self.device)
         out = fn()

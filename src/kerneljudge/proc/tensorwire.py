@@ -164,8 +164,11 @@ def output_bytes(meta: dict[str, Any]) -> int:
     """The bytes of a described output's tensors (its description checked as `unpack_output` does)."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
         raise WireError("malformed output description")
+    facts = meta.get("tensors") or []
+    if not isinstance(facts, list):
+        raise WireError("malformed tensor facts")
     total = 0
-    for fact in meta.get("tensors") or []:
+    for fact in facts:
         dtype, shape = _dtype_shape(fact)
         total += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     return total

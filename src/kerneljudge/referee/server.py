@@ -61,7 +61,7 @@ class Referee:
         self.held: dict[int, tuple[compare.Received, int]] = {}  # timed outputs kept for a later Compare, and bytes
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
-            protocol.Compare: self.compare, protocol.HoldOutput: self.hold_output,
+            protocol.Compare: self.compare, protocol.HoldOutput: self.hold_output, protocol.TimeDone: self.time_done,
             protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
             protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan,
             protocol.RangeSet: self.range_set, protocol.StateOf: self.state_of,
@@ -159,10 +159,17 @@ class Referee:
             if held + size > request.budget_bytes or size > HOLD_FREE_FRACTION * memory.device_free_bytes(self.device):
                 return {"held": False}, []
             self.held[request.index] = (self._received(request.output, blobs), size)
+        except torch.OutOfMemoryError:  # compared at once instead
+            return {"held": False}, []
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="timing").to_json()]}, []
         return {"held": True}, []
+
+    def time_done(self, request: protocol.TimeDone, blobs: list) -> Reply:
+        self.timed = None
+        self.held.clear()
+        return {}, []
 
     def compare(self, request: protocol.Compare, blobs: list) -> Reply:
         kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
@@ -249,6 +256,12 @@ class Referee:
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
         model = session.reference
+        if session.seeding.seed is not None and not session.seeding.seen:  # timed before any check: whether
+            # forward draws random numbers (then each timed call is seeded, as the candidate's are) is learned now
+            try:
+                session.run(model, session.draw(request.set_seeds[0], expect=False))
+            except Exception as exc:  # noqa: BLE001 - the problem's own error: the check reports it
+                return {"unavailable": f"the reference failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
         if request.model == "compile":
             try:
                 model = torch.compile(session.reference)

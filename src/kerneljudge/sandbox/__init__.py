@@ -62,7 +62,7 @@ DESCRIPTIONS = {
     "undumpable": "the judge's and the referee's memory cannot be read or written by the worker's user (/proc, ptrace)",
 }
 PROBE_TIMEOUT_S = 60
-FREEZE_WAIT_S = 0.5  # `freeze`: how long a worker's processes are given to show stopped
+FREEZE_WAIT_S = 0.1  # `freeze`: how long a worker's processes are given to show stopped
 STOPPED_STATES = ("T", "t", "Z", "X")  # stopped, traced, or ended
 SESSION_SCANS = 50  # the judge's own scans for processes left in the worker's session
 
@@ -442,25 +442,28 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def freeze(tasks: Callable[[], list[int]], clock: Callable[[], float] = time.monotonic) -> list[int]:
-    """SIGSTOP every process `tasks` lists, listing again until every one listed is stopped and no new one
-    appears (a process forks until its stop is delivered: the next list has its child); the pids stopped, for
-    `thaw`. Within FREEZE_WAIT_S: a process still not shown stopped by then (in uninterruptible sleep) stops
-    as soon as it leaves it."""
-    stopped: set[int] = set()
+def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[], float] = time.monotonic
+           ) -> list[int]:
+    """SIGSTOP every process `tasks` lists, listing anew and signalling again any that runs, until one pass finds
+    every process listed stopped (a process forks until its stop is delivered: the next list has its child; one
+    continued by a sibling's SIGCONT or a tracer is stopped again); `stopped` collects the pids signalled, for
+    `thaw` (kept by the caller, so that an interruption still continues them). Within FREEZE_WAIT_S: the pids
+    still running then, not in uninterruptible sleep (those stop as they leave it), else []."""
     deadline = clock() + FREEZE_WAIT_S
     while True:
-        new = [pid for pid in tasks() if pid not in stopped]
-        for pid in new:
+        running = [pid for pid in tasks() if (_stat(pid) or ["X"])[0] not in STOPPED_STATES]
+        if not running:
+            return []
+        if clock() > deadline:
+            return [pid for pid in running if (_stat(pid) or ["X"])[0] not in (*STOPPED_STATES, "D")]
+        for pid in running:
             try:
                 os.kill(pid, signal.SIGSTOP)
-                stopped.add(pid)
             except (ProcessLookupError, PermissionError):
-                pass
-        running = [pid for pid in stopped if (_stat(pid) or ["X"])[0] not in STOPPED_STATES]
-        if (not new and not running) or clock() > deadline:
-            return sorted(stopped)
-        time.sleep(0.0005 if running else 0)
+                continue
+            if pid not in stopped:
+                stopped.append(pid)
+        time.sleep(0.0005)
 
 
 def thaw(pids: list[int]) -> None:

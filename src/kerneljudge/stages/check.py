@@ -47,7 +47,8 @@ def reference_built(j: Judging, started: SetupStarted) -> SetupStarted:
 def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool = False) -> SetupStarted:
     """The referee starts building the reference (Setup) and its answer is left for `setup`: the pipeline
     sends it before the worker's build, so the two run at once (each took a quarter to half a second of a
-    served evaluation on the H200, one after the other)."""
+    served evaluation on the H200, one after the other), except where the reference is timed first
+    (`reference_built`: before anything of the candidate's is imported)."""
     init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")
     init_inputs_seed, call_seed = derive_seed(seed, "init-inputs"), None if kernelbench else derive_seed(seed, "call")
     pending = j.referee.submit(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,

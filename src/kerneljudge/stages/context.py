@@ -35,6 +35,7 @@ class Judging:
     baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
     tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
     held_checks: list[Any] = field(default_factory=list)  # timed outputs the referee holds, to compare (measure.py)
+    moved_bytes: int | None = None  # the reference's inputs and outputs, from the referee (the memory floor's bytes)
 
     def kept_baselines(self, problem_key: str) -> dict[str, Any] | None:
         """The baselines a batch lane measured for this problem at an earlier candidate, or None."""

@@ -1,4 +1,5 @@
-"""Stage "time": the candidate in its worker and the baselines in the referee, measured by the judge.
+"""Stages "baselines", "time" and "timed-checks": the reference in the referee (before the candidate is
+loaded), then the candidate in its worker, measured by the judge, then the timed outputs it took compared.
 
 The measurement loop (`timing.measure`: warm-up, stop rule, statistics) runs here, in the judge process;
 each batch of calls is one request to the timed process (`RemoteTimer`), answered after a device-wide
@@ -12,7 +13,6 @@ inputs of every timed call after the first round come from fresh secret seeds (s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import random
@@ -50,14 +50,17 @@ WATCH_DELAY_MAX_MS = 50.0
 # A GPU batch's input sets are refilled before its first call (refills between calls put the host's work inside
 # the calls' events), so a candidate could do a batch's work at one call and time the others at a fraction of it:
 # the median of the calls falls, the batch's total does not. Where the median of the calls is under this fraction
-# of the median of the batches' means, and the batch's calls together took more than SKEW_ALLOWANCE_MS beyond
-# their median, the batches' means are the samples reported (`timing-skewed`). A candidate gains at most 1 / this
-# by moving work between a batch's calls, or hides at most the allowance per batch.
+# of the median of the batches' means, and the batch's calls together took more than the allowance beyond their
+# median, the batches' means are the samples reported (`timing-skewed`). A candidate gains at most 1 / this by
+# moving work between a batch's calls (1 / (1 - SKEW_ALLOWANCE_SHARE) where the share binds).
 SKEWED_FRACTION = 0.75
 # An honest batch's first call carries the launches' latency after the refill (the device idle before it): on
-# the H200, 0.017-0.035 ms per batch for one to a few kernels (0.11 ms for level2/51's dozen small ones), which
-# for kernels of 15-30 us put the calls' median at 0.76-0.79 of the batches' means (benchmarks/skew_ratios.py).
+# the H200, 0.02-0.035 ms per batch for one to a few kernels (0.16 ms for level2/51's dozen small ones), which
+# for kernels of 13-30 us put the calls' median at 0.73-0.79 of the batches' means (benchmarks/skew_ratios.py).
+# ... but never more than this share of the batch's time: a batch of a few microseconds a call cannot hide its
+# whole work in the allowance (where the share binds, a median under 1 - this of the means is skewed)
 SKEW_ALLOWANCE_MS = 0.05
+SKEW_ALLOWANCE_SHARE = 0.3
 # checked at secret positions among the first min_runs calls (the last batch's outputs instead when the budget ends
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
@@ -295,7 +298,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         return None, None, 0, str(ready["unavailable"])[:400]
     j.take(ready, STAGE)
     if process is j.referee and model != "compile":  # the floor's bytes, from the trusted side
-        j.info["moved_bytes"] = int(ready["input_bytes"]) + int(ready["output_bytes"])
+        j.moved_bytes = int(ready["input_bytes"]) + int(ready["output_bytes"])
     sets = int(protocol.number(ready.get("input_sets"), "input_sets", low=1, high=len(set_seeds)))
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
@@ -413,16 +416,26 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     device the timing's alone meanwhile), or compared now where it would not fit the referee's budget."""
     if _mismatched(j):
         return
-    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
-    if exported.get("reused") is True:  # a later call of its batch returned the same memory: that fails as such
-        _reused_while_timed(j, i)
+    exported = _exported(j, i)
+    if exported is None:
         return
     held = j.take(j.referee.call(protocol.HoldOutput(i, exported["output"], HELD_BYTES_MAX), exported["_blobs"]), STAGE)
     if held.get("held") is True:
         j.held_checks.append(HeldCheck(i, seed, watched))
         return
-    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)  # the blobs went with the hold: again
-    _compare_timed(j, HeldCheck(i, seed, watched), exported)
+    exported = _exported(j, i)  # the blobs went with the hold: again
+    if exported is not None:
+        _compare_timed(j, HeldCheck(i, seed, watched), exported)
+
+
+def _exported(j: Judging, i: int) -> dict | None:
+    """Timed call `i`'s output from the worker, or None where a later call of its batch returned the same
+    memory (that fails as such)."""
+    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
+    if exported.get("reused") is True:
+        _reused_while_timed(j, i)
+        return None
+    return exported
 
 
 def run_held_checks(j: Judging) -> None:
@@ -433,6 +446,7 @@ def run_held_checks(j: Judging) -> None:
             break
         _compare_timed(j, check, None)
     j.held_checks.clear()
+    j.take(j.referee.call(protocol.TimeDone()), STAGE)  # the outputs a mismatch left uncompared
 
 
 def _mismatched(j: Judging) -> bool:
@@ -462,32 +476,42 @@ def _reused_while_timed(j: Judging, i: int) -> None:
                                      "again)", stage=STAGE, call=i))
 
 
-def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -> Baselines:
+def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -> Baselines | None:
     """Stage "baselines", before the worker imports the candidate: the reference timed (eager, and
     torch.compile's), while nothing of the candidate's has run, so nothing of it (a thread loading the host,
     a kernel left running on the device) can slow the reference down and flatter the speedup, or widen the
-    cross-check's reference. The pipeline skips this stage where a batch lane kept the problem's baselines
-    (`run_timing` then times a short eager run for the cross-check, the worker's processes stopped)."""
-    return _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
+    cross-check's reference. The pipeline skips this stage where a batch's lanes on the device kept the
+    problem's baselines (`run_timing` then times a short eager run, the worker's processes stopped). None where
+    the reference could not be timed (said; the candidate is then checked, not timed)."""
+    try:
+        return _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
+    except StageEnded:
+        if not any(f.blocking for f in j.findings):
+            j.findings.append(Finding.of("baseline-unavailable", "the reference could not be timed: the candidate "
+                                         "is checked, not timed", stage=BASELINES))
+        return None
+    finally:
+        j.take(j.referee.call(protocol.TimeDone()), BASELINES)  # its timed inputs are not kept through the check
 
 
 def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float],
-               baselines: Baselines | None) -> dict | None:
-    """The candidate timed, its claims cross-checked against the reference's (`baselines`: measured in the
-    baselines stage; None where a batch lane kept them, `_kept`), then the floor. The reference is timed once,
-    before the candidate: a second time after it (the machine's drift between the two allowed for) cost as long
-    again (0.2 s of a level2/51 timing on the H200, alone on the device in a batch), and an excess that the
-    machine's conditions could explain is looked at again with the two taking turns (`_confirm`) before anyone
-    is accused."""
+               measured: Baselines | None, kept: dict[str, Any] | None) -> dict | None:
+    """The candidate timed, its claims cross-checked against the reference's, then the floor. The reference's
+    figures: `measured` in the baselines stage, or `kept` by the batch's lanes on the device (read once by the
+    pipeline: another lane may forget them meanwhile), then beside a short eager run (`_kept`); neither: the
+    reference could not be timed, nor is the candidate. The reference is timed once, before the candidate: a
+    second time after it (the machine's drift between the two allowed for) cost as long again (0.2 s of a
+    level2/51 timing on the H200, alone on the device in a batch), and an excess that the machine's conditions
+    could explain is looked at again with the two taking turns (`_confirm`) before anyone is accused."""
     opts = j.options.timing
     stop = _stop_rule(opts)
+    if measured is None and kept is None:
+        return None
     try:
-        kept = baselines is None  # the timing stage times a short eager run first
-        if kept:
-            baselines = _kept(j, problem_key, clock_ms)
+        baselines = measured if kept is None else _kept(j, problem_key, kept, clock_ms)
         candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True,
                                                 watch_delay_ms=_watch_delay_ms(baselines.eager_ms),
-                                                part=(2, 2) if kept else (1, 1))
+                                                part=(1, 1) if kept is None else (2, 2))
     except StageEnded:
         return None
     per_call = candidate
@@ -526,7 +550,8 @@ def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Me
         return measured
     per_batch = timing.Stats.from_samples(means)
     excess_ms = (per_batch.median_ms - measured.stats.median_ms) * batch
-    if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms or excess_ms <= SKEW_ALLOWANCE_MS:
+    allowance_ms = min(SKEW_ALLOWANCE_MS, SKEW_ALLOWANCE_SHARE * per_batch.median_ms * batch)
+    if measured.stats.median_ms >= SKEWED_FRACTION * per_batch.median_ms or excess_ms <= allowance_ms:
         return measured
     j.findings.append(Finding.of(
         "timing-skewed", f"the median of the timed calls, {measured.stats.median_ms:.4g} ms, is under "
@@ -559,23 +584,29 @@ class Baselines:
     eager_ms: float | None
 
 
-def _kept(j: Judging, problem_key: str, clock_ms) -> Baselines:
-    """A batch lane's baselines of the problem, measured in full at an earlier candidate, and a short eager run
-    now for the cross-check (the worker's processes stopped meanwhile: nothing of the candidate runs on the
-    host while the reference is timed). Where that run's time disagrees with the kept one, the kept figures
-    still give this result's speedups (they were measured before any candidate code had run; this run was
-    not), and the lane forgets them: its next candidate of the problem measures them again, first."""
-    memo = j.kept_baselines(problem_key)
-    with j.worker.frozen():
+def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Baselines:
+    """The baselines of the problem that the batch's lanes on this device measured in full at an earlier
+    candidate (`memo`), and a short eager run now for the cross-check, the worker's processes stopped
+    meanwhile: nothing of the candidate runs on the host while the reference is timed (one that keeps running
+    anyway is `tampering`). Where that run's time disagrees with the kept one, the kept figures still give this
+    result's speedups (they were measured before any candidate code had run; this run was not), and the lanes
+    forget them: their next candidate of the problem measures them again, first."""
+    with j.worker.frozen() as running:
+        if running:
+            j.findings.append(Finding.of(
+                "tampering", f"the worker's process(es) {', '.join(map(str, running[:5]))} kept running while the "
+                "worker was stopped for the reference's timing (continued by another process)", stage=STAGE))
+            raise StageEnded()
         short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms, part=(1, 2))
     short_ms = short.stats.median_ms if short is not None else None
     then_ms = memo["eager"]["median_ms"]
     if short_ms is None or not _agrees(short_ms, then_ms):
-        j.baselines.pop(problem_key, None)
+        if j.baselines.get(problem_key) is memo:  # not another lane's newer figures
+            del j.baselines[problem_key]
         j.findings.append(Finding.of(
             "baseline-disagrees", f"the reference's eager time now, {f'{short_ms:.4g} ms' if short_ms else 'none'}, "
-            f"is not within {COMPILE_CACHE_FACTOR:g}x of the {then_ms:.4g} ms this lane measured before: the speedups "
-            "are against the lane's figures, measured again before its next candidate of this problem",
+            f"is not within {COMPILE_CACHE_FACTOR:g}x of the {then_ms:.4g} ms measured before on this device: the "
+            "speedups are against those figures, measured again before its next candidate of this problem",
             stage=BASELINES, eager_ms=short_ms, kept_eager_ms=then_ms))
     return Baselines(dict(memo), sorted(memo), short_timer, short_ms)
 
@@ -679,8 +710,7 @@ def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> 
             first = start + len(differences) * candidate.batch
             for timer in (candidate, reference):
                 timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
-                with j.worker.frozen() if timer is reference else contextlib.nullcontext():
-                    timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
+                timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
             differences.append(candidate.slacks_ms[-1] - reference.slacks_ms[-1])
             reference_slacks.append(reference.slacks_ms[-1])
         excess = _median(differences)
@@ -723,7 +753,7 @@ def _nothing(index: int) -> None:
 def _floor(j: Judging, gbps: float, source: str, median_ms: float) -> dict[str, Any]:
     """The roofline floor: inputs read once and outputs written once at the copy bandwidth the referee
     measured (`_bandwidth`: cached per device, checked against this run)."""
-    moved = j.info.get("moved_bytes", 0)
+    moved = j.moved_bytes or 0
     floor_ms = timing.floor_time_ms(moved, gbps)
     if median_ms < IMPOSSIBLE_FRACTION * floor_ms:
         j.findings.append(Finding.of("impossible-speed", f"median {median_ms:.4g} ms is under {IMPOSSIBLE_FRACTION:g}x "
