@@ -390,7 +390,7 @@ def test_impossible_speed_floor(fast, tmp_path, bandwidth_gbps, impossible):
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging
 
-    judging = Judging(fast.replace(cache_dir=tmp_path), None, None, "cpu", info={"moved_bytes": 2 * 64 * 256 * 4})
+    judging = Judging(fast.replace(cache_dir=tmp_path), None, None, "cpu", moved_bytes=2 * 64 * 256 * 4)
     floor = measure._floor(judging, bandwidth_gbps, "measured", 0.05)
     assert ("impossible-speed" in {f.code for f in judging.findings}) is impossible
     assert (0.05 < measure.IMPOSSIBLE_FRACTION * floor["floor_ms"]) is impossible

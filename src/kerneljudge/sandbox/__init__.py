@@ -468,18 +468,19 @@ def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[
 
 def thaw(pids: list[int]) -> None:
     """SIGCONT each of `pids` (`freeze`'s)."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except (ProcessLookupError, PermissionError):
-            pass
+    _signal_all(pids, signal.SIGCONT)
 
 
 def _kill_all(pids: list[int]) -> bool:
     """SIGKILL each of `pids`; whether there were any."""
+    return _signal_all(pids, signal.SIGKILL)
+
+
+def _signal_all(pids: list[int], signum: int) -> bool:
+    """`signum` to each of `pids` (one gone, or not ours, skipped); whether there were any."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
     return bool(pids)
