@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import CANDIDATES, SEED, codes
+from kerneljudge.isolation import Frozen
 from kerneljudge import api
 
 MUTATION = CANDIDATES / "mutation"
@@ -265,7 +266,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     @contextlib.contextmanager
     def worker_frozen():
         frozen.append(True)
-        yield []  # none kept running
+        yield Frozen()  # none kept running
         frozen.remove(True)
 
     monkeypatch.setattr(measure, "_measure", fake_measure)
@@ -294,21 +295,28 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     assert j.kept_baselines("the-problem") is newer
 
 
-def test_a_worker_that_keeps_running_while_stopped_for_the_reference_is_tampering(fast, monkeypatch):
-    """`WorkerProcess.frozen` yields the worker's processes still running after its stop (continued by another's
-    SIGCONT: tests/test_sandbox.py): the reference is not timed beside them, and the candidate fails."""
+@pytest.mark.parametrize("when", ["at the stop", "while stopped"])
+def test_a_worker_that_keeps_running_while_stopped_for_the_reference_is_tampering(fast, monkeypatch, when):
+    """`WorkerProcess.frozen` names the worker's processes still running after its stop (continued by another's
+    SIGCONT: tests/test_sandbox.py), and after the block those that used CPU time while all were stopped: the
+    reference is not timed beside the first, its figures are not used after the second, and the candidate fails."""
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import Judging, StageEnded
 
+    timed = []
+
     @contextlib.contextmanager
     def resisting():
-        yield [4321]
+        seen = Frozen(running=[4321] if when == "at the stop" else [])
+        yield seen
+        seen.ran = [4321]
 
-    monkeypatch.setattr(measure, "_measure", lambda *args, **kwargs: pytest.fail("timed beside a running worker"))
+    monkeypatch.setattr(measure, "_measure", lambda *args, **kwargs: timed.append(True) or (None, None, 0, "x"))
     j = Judging(fast.replace(timing={"enabled": True}), SimpleNamespace(frozen=resisting), None, "cpu")
     with pytest.raises(StageEnded):
         measure._kept(j, "the-problem", {"eager": {"median_ms": 1.0}}, lambda: 0.0)
     assert [(f.code, f.severity) for f in j.findings] == [("tampering", "fail")] and "4321" in j.findings[0].message
+    assert timed == ([] if when == "at the stop" else [True])
 
 
 # --- the parameter probes change buffers too -------------------------------------------------------------

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,6 +78,15 @@ class Pending:
     op: str
     nonce: str
     sent_at: int | None  # None: sent before the process joined an evaluation's memory account
+
+
+@dataclass
+class Frozen:
+    """What `WorkerProcess.frozen` saw of the worker's processes: those that kept running when stopped, and
+    (after the block) those that used CPU time or appeared while all were stopped."""
+
+    running: list[int] = field(default_factory=list)
+    ran: list[int] = field(default_factory=list)
 
 
 class WorkerProcess:
@@ -176,18 +185,26 @@ class WorkerProcess:
     def frozen(self):
         """Every process of the worker stopped (SIGSTOP) for the block and continued after it (its cgroups'
         processes, however they detached; else its session's): the reference is timed meanwhile, and nothing
-        of the candidate's may load the host then. Yields the pids that kept running (continued by another's
-        SIGCONT, or by a tracer): an attempt to run anyway. The time stopped is not the worker's. Linux only;
-        elsewhere nothing is stopped."""
+        of the candidate's may load the host then. Yields a `Frozen`: the processes that kept running (continued
+        by another's SIGCONT, or a tracer), and after the block those that used CPU time or appeared while
+        stopped (all were stopped, so one of them was continued meanwhile): either is an attempt to run
+        anyway. The time stopped is not the worker's. Linux only; elsewhere nothing is stopped."""
+        seen = Frozen()
         if self.process is None or self.dead or not sys.platform.startswith("linux"):
-            yield []
+            yield seen
             return
         tasks = self.cgroup.tasks if self.cgroup is not None else functools.partial(sandbox.session_tasks,
                                                                                     self.process.pid)
         stopped: list[int] = []
         started = self.clock()
         try:
-            yield sandbox.freeze(tasks, stopped)
+            seen.running = sandbox.freeze(tasks, stopped)
+            before = sandbox.cpu_ticks(stopped) if not seen.running else {}
+            yield seen
+            if before:
+                after = sandbox.cpu_ticks(list(before))
+                seen.ran = sorted({pid for pid, ticks in after.items() if ticks > before[pid]}
+                                  | (set(tasks()) - set(before)))
         finally:
             sandbox.thaw(stopped)
             self.extend_deadline(self.clock() - started)

@@ -242,7 +242,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 with _judged_stage(run, judging, "hidden-recheck", "trials on secret seeds"):
                     if not _hidden_recheck(run, judging, seed):
                         return
-            if options.timing.enabled and not run.failed and not _failed(judging):
+            if (measured or kept) and not run.failed and not _failed(judging):  # (none: said in the baselines stage)
                 with _timing_lock(run, worker, "timing"), _judged_stage(run, judging, "timing", "timing the candidate"):
                     run.timing = measure.run_timing(judging, problem_key, device_key, run.clock_ms, measured, kept)
                 if judging.held_checks and not _blocked(judging):  # the device no longer the timing's alone

@@ -62,7 +62,7 @@ DESCRIPTIONS = {
     "undumpable": "the judge's and the referee's memory cannot be read or written by the worker's user (/proc, ptrace)",
 }
 PROBE_TIMEOUT_S = 60
-FREEZE_WAIT_S = 0.1  # `freeze`: how long a worker's processes are given to show stopped
+FREEZE_WAIT_S = 1.0  # `freeze`: how long a worker's processes are given to show stopped (a loaded host)
 STOPPED_STATES = ("T", "t", "Z", "X")  # stopped, traced, or ended
 SESSION_SCANS = 50  # the judge's own scans for processes left in the worker's session
 
@@ -444,19 +444,21 @@ def _stat(pid: int) -> list[str] | None:
 
 def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[], float] = time.monotonic
            ) -> list[int]:
-    """SIGSTOP every process `tasks` lists, listing anew and signalling again any that runs, until one pass finds
-    every process listed stopped (a process forks until its stop is delivered: the next list has its child; one
-    continued by a sibling's SIGCONT or a tracer is stopped again); `stopped` collects the pids signalled, for
-    `thaw` (kept by the caller, so that an interruption still continues them). Within FREEZE_WAIT_S: the pids
-    still running then, not in uninterruptible sleep (those stop as they leave it), else []."""
+    """SIGSTOP every process `tasks` lists, listing anew and signalling every one again each pass (a stop is
+    idempotent), until one pass finds every thread of every process listed stopped (a process forks until its
+    stop is delivered: the next list has its child; a leader that exited leaves its other threads, which the
+    stop reaches too); `stopped` collects the pids signalled, for `thaw` (kept by the caller, so that an
+    interruption still continues them). Processes that continue each other (by SIGCONT, or a tracer's)
+    SIGCONT, or a tracer) keep running: those not stopped by FREEZE_WAIT_S, else []."""
     deadline = clock() + FREEZE_WAIT_S
     while True:
-        running = [pid for pid in tasks() if (_stat(pid) or ["X"])[0] not in STOPPED_STATES]
+        listed = tasks()
+        running = [pid for pid in listed if not _all_threads_stopped(pid)]
         if not running:
             return []
         if clock() > deadline:
-            return [pid for pid in running if (_stat(pid) or ["X"])[0] not in (*STOPPED_STATES, "D")]
-        for pid in running:
+            return running
+        for pid in listed:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except (ProcessLookupError, PermissionError):
@@ -464,6 +466,32 @@ def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[
             if pid not in stopped:
                 stopped.append(pid)
         time.sleep(0.0005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of a process is stopped or ended (a process gone counts as stopped)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in threads:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in STOPPED_STATES:
+            return False
+    return True
+
+
+def cpu_ticks(pids: list[int]) -> dict[int, int]:
+    """Each live process's user + system CPU time so far, in clock ticks (all its threads)."""
+    ticks = {}
+    for pid in pids:
+        fields = _stat(pid)
+        if fields is not None:
+            ticks[pid] = int(fields[11]) + int(fields[12])
+    return ticks
 
 
 def thaw(pids: list[int]) -> None:

@@ -60,7 +60,7 @@ SKEWED_FRACTION = 0.75
 # ... but never more than this share of the batch's time: a batch of a few microseconds a call cannot hide its
 # whole work in the allowance (where the share binds, a median under 1 - this of the means is skewed)
 SKEW_ALLOWANCE_MS = 0.05
-SKEW_ALLOWANCE_SHARE = 0.3
+SKEW_ALLOWANCE_SHARE = 0.4
 # checked at secret positions among the first min_runs calls (the last batch's outputs instead when the budget ends
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
@@ -373,7 +373,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         j.findings.extend(timer.findings)
         raise StageEnded() from None
     except protocol.Untrusted as exc:
-        j.findings.append(Finding.of("tampering", f"the {model} timing's reply was malformed: {exc}", stage=STAGE))
+        code = "judge-error" if process is j.referee else "tampering"  # the referee runs no candidate code
+        j.findings.append(Finding.of(code, f"the {model} timing's reply was malformed: {exc}", stage=stage))
         raise StageEnded() from None
     j.findings.extend(_watched(timer))
     return measured, timer, checked["n"], None
@@ -484,14 +485,15 @@ def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -
     problem's baselines (`run_timing` then times a short eager run, the worker's processes stopped). None where
     the reference could not be timed (said; the candidate is then checked, not timed)."""
     try:
-        return _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
+        measured = _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
     except StageEnded:
-        if not any(f.blocking for f in j.findings):
-            j.findings.append(Finding.of("baseline-unavailable", "the reference could not be timed: the candidate "
-                                         "is checked, not timed", stage=BASELINES))
-        return None
-    finally:
-        j.take(j.referee.call(protocol.TimeDone()), BASELINES)  # its timed inputs are not kept through the check
+        if any(f.blocking for f in j.findings):  # a referee fault: the evaluation ends here, as in any stage
+            raise
+        j.findings.append(Finding.of("baseline-unavailable", "the reference could not be timed: the candidate "
+                                     "is checked, not timed", stage=BASELINES))
+        measured = None
+    j.take(j.referee.call(protocol.TimeDone()), BASELINES)  # its timed inputs are not kept through the check
+    return measured
 
 
 def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float],
@@ -540,8 +542,9 @@ def _stop_rule(opts) -> timing.StopRule:
 
 def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Measurement:
     """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (each batch's mean
-    per call; the batches are the measurement's calls in consecutive groups of `batch`) by more than
-    SKEW_ALLOWANCE_MS a batch, the batches' means as its samples, with `timing-skewed`."""
+    per call; the batches are the measurement's calls in consecutive groups of `batch`) by more than the
+    allowance (SKEW_ALLOWANCE_MS a batch, at most SKEW_ALLOWANCE_SHARE of it), the batches' means as its
+    samples, with `timing-skewed`."""
     if batch <= 1:
         return measured
     samples = measured.samples_ms
@@ -591,13 +594,12 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
     anyway is `tampering`). Where that run's time disagrees with the kept one, the kept figures still give this
     result's speedups (they were measured before any candidate code had run; this run was not), and the lanes
     forget them: their next candidate of the problem measures them again, first."""
-    with j.worker.frozen() as running:
-        if running:
-            j.findings.append(Finding.of(
-                "tampering", f"the worker's process(es) {', '.join(map(str, running[:5]))} kept running while the "
-                "worker was stopped for the reference's timing (continued by another process)", stage=STAGE))
-            raise StageEnded()
+    with j.worker.frozen() as frozen:
+        if frozen.running:
+            _ran_while_stopped(j, frozen.running, "kept running")
         short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms, part=(1, 2))
+    if frozen.ran:
+        _ran_while_stopped(j, frozen.ran, "used CPU time or appeared")
     short_ms = short.stats.median_ms if short is not None else None
     then_ms = memo["eager"]["median_ms"]
     if short_ms is None or not _agrees(short_ms, then_ms):
@@ -609,6 +611,13 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
             "speedups are against those figures, measured again before its next candidate of this problem",
             stage=BASELINES, eager_ms=short_ms, kept_eager_ms=then_ms))
     return Baselines(dict(memo), sorted(memo), short_timer, short_ms)
+
+
+def _ran_while_stopped(j: Judging, pids: list[int], what: str) -> None:
+    j.findings.append(Finding.of(
+        "tampering", f"the worker's process(es) {', '.join(map(str, pids[:5]))} {what} while the worker was stopped "
+        "for the reference's timing (continued by another process?)", stage=STAGE, pids=pids[:20]))
+    raise StageEnded()
 
 
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> Baselines:
