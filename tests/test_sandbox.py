@@ -642,10 +642,29 @@ def test_freeze_names_a_process_still_running_at_its_deadline(monkeypatch):
     passed, never taken for stopped."""
     child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(60)"])
     try:
-        monkeypatch.setattr(sandbox, "_all_threads_stopped", lambda pid: pid != child.pid)
+        monkeypatch.setattr(sandbox, "_unstopped", lambda pid: {"R"} if pid == child.pid else set())
         stopped: list[int] = []
         assert sandbox.freeze(lambda: [child.pid], stopped) == [child.pid] and stopped == [child.pid]
     finally:
         sandbox.thaw([child.pid])
         child.kill()
         child.wait()
+
+
+def test_a_process_continued_while_the_worker_is_frozen_is_named_after_the_block(fast):
+    """`WorkerProcess.frozen`'s second look, after the block: a process of the worker continued meanwhile (here by
+    the test) used CPU time, and one forked meanwhile appeared; either is named in `ran`."""
+    spinner = "import os, sys\nif os.fork() == 0:\n    while True: pass\nwhile True: pass\n"
+    root = subprocess.Popen([sys.executable, "-S", "-c", spinner], start_new_session=True)
+    worker = WorkerProcess(fast.worker_options())
+    worker.process, worker.deadline = root, 0.0  # a session of spinning processes in place of a started worker
+    try:
+        assert gone(lambda: [] if len(sandbox.session_tasks(root.pid)) == 2 else [True]) == []
+        with worker.frozen() as frozen:
+            assert frozen.running == []
+            os.kill(root.pid, signal.SIGCONT)
+            time.sleep(0.1)  # 10 clock ticks of spinning
+        assert root.pid in frozen.ran
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()

@@ -203,7 +203,8 @@ class WorkerProcess:
             yield seen
             if before:
                 after = sandbox.cpu_ticks(list(before))
-                seen.ran = sorted({pid for pid, ticks in after.items() if ticks > before[pid]}
+                # a tick of slack: a thread leaving uninterruptible sleep runs a moment before it stops
+                seen.ran = sorted({pid for pid, ticks in after.items() if ticks > before[pid] + 1}
                                   | (set(tasks()) - set(before)))
         finally:
             sandbox.thaw(stopped)

@@ -429,7 +429,9 @@ def session_tasks(session_id: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             state = _stat(int(entry))
-            if state is not None and state[0] not in ("Z", "X") and int(state[3]) == session_id:
+            # a leader that exited shows "Z" while its other threads run on
+            if state is not None and int(state[3]) == session_id and (state[0] not in ("Z", "X")
+                                                                       or _unstopped(int(entry))):
                 found.append(int(entry))
     return found
 
@@ -453,11 +455,11 @@ def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[
     deadline = clock() + FREEZE_WAIT_S
     while True:
         listed = tasks()
-        running = [pid for pid in listed if not _all_threads_stopped(pid)]
+        running = [pid for pid in listed if _unstopped(pid)]
         if not running:
             return []
-        if clock() > deadline:
-            return running
+        if clock() > deadline:  # in uninterruptible sleep (a vfork's parent, say), a thread stops as it leaves it
+            return [pid for pid in running if _unstopped(pid) - {"D"}]
         for pid in listed:
             try:
                 os.kill(pid, signal.SIGSTOP)
@@ -468,20 +470,19 @@ def freeze(tasks: Callable[[], list[int]], stopped: list[int], clock: Callable[[
         time.sleep(0.0005)
 
 
-def _all_threads_stopped(pid: int) -> bool:
-    """Whether every thread of a process is stopped or ended (a process gone counts as stopped)."""
+def _unstopped(pid: int) -> set[str]:
+    """The states of a process's threads that are neither stopped nor ended (none: a process gone)."""
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return True
+        return set()
+    states = set()
     for tid in threads:
         try:
-            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            states.add(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0])
         except (OSError, IndexError):
             continue
-        if state not in STOPPED_STATES:
-            return False
-    return True
+    return states - set(STOPPED_STATES)
 
 
 def cpu_ticks(pids: list[int]) -> dict[int, int]:
