@@ -162,16 +162,11 @@ def _dtype_shape(meta: Any) -> tuple[torch.dtype, list[int]]:
 
 def output_bytes(meta: dict[str, Any]) -> int:
     """The bytes of a described output's tensors (its description checked as `unpack_output` does)."""
-    if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
-        raise WireError("malformed output description")
-    facts = meta.get("tensors") or []
-    if not isinstance(facts, list):
-        raise WireError("malformed tensor facts")
-    total = 0
-    for fact in facts:
-        dtype, shape = _dtype_shape(fact)
-        total += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    return total
+    return sum(_nbytes(*_dtype_shape(fact)) for fact in _output_facts(meta)[1])
+
+
+def _nbytes(dtype: torch.dtype, shape: list[int]) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
 
 def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, shared: bool = False) -> torch.Tensor:
@@ -185,8 +180,7 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
     if type(index) is not int or not 0 <= index < len(blobs):
         raise WireError(f"no blob {index!r}")
     data = blobs[index]
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if len(data) != math.prod(shape) * itemsize:
+    if len(data) != _nbytes(dtype, shape):
         raise WireError(f"{len(data)} bytes for a {meta['dtype']} tensor of shape {shape}")
     if not len(data):
         return torch.empty(shape, dtype=dtype, device=device)
@@ -261,16 +255,21 @@ def _plain(m: dict) -> Any:
 def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
                   shared: bool = False) -> tuple[str, list[dict], list]:
     """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
+    kind, facts = _output_facts(meta)
+    tensors = [unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None
+               for fact in facts]
+    return kind, facts, tensors
+
+
+def _output_facts(meta: Any) -> tuple[str, list[dict]]:
+    """A described output's kind and per-tensor facts, checked (none for "none" and "other")."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):
         raise WireError("malformed output description")
     if meta["kind"] in ("none", "other"):
-        return meta["kind"], [], []
+        return meta["kind"], []
     facts = meta.get("tensors")
     if not isinstance(facts, list) or not facts:
         raise WireError("an output description without tensors")
-    tensors = []
-    for fact in facts:
-        if not isinstance(fact, dict):
-            raise WireError("malformed tensor facts")
-        tensors.append(unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None)
-    return meta["kind"], facts, tensors
+    if not all(isinstance(fact, dict) for fact in facts):
+        raise WireError("malformed tensor facts")
+    return meta["kind"], facts

@@ -436,10 +436,12 @@ def session_tasks(session_id: int) -> list[int]:
     return found
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command's name (state first), or None for a process gone."""
+def _stat(pid: int, thread: str | None = None) -> list[str] | None:
+    """The fields of /proc/PID/stat (or of one thread's, /proc/PID/task/THREAD/stat) after the command's name
+    (state first), or None for a process or thread gone."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(path).read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
@@ -476,12 +478,7 @@ def _unstopped(pid: int) -> set[str]:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return set()
-    states = set()
-    for tid in threads:
-        try:
-            states.add(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0])
-        except (OSError, IndexError):
-            continue
+    states = {fields[0] for fields in (_stat(pid, tid) for tid in threads) if fields}
     return states - set(STOPPED_STATES)
 
 
