@@ -244,51 +244,63 @@ def test_lanes_per_device():
 
 
 def _lane(gate: DeviceGate, log: list[str], name: str, stage: str) -> threading.Thread:
-    """A lane's evaluation in a thread: it enters `stage` on the gate, logs `name` once in, and ends."""
+    """A lane's evaluation in a thread: it enters `stage` on the gate and sends one request there (a stage
+    that does not time holds the gate only while a request is in flight), logs `name` once in, and ends."""
     def run():
         holder = Holder(gate)
         holder.on_stage(stage)
+        replied = holder.admit()
         log.append(name)
+        replied()
         holder.release()
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
 
 
-def test_a_timing_waits_for_the_lanes_sharing_its_device_and_goes_before_new_stages():
+def test_a_timing_waits_for_the_requests_in_flight_on_its_device_and_goes_before_new_ones():
     gate, log = DeviceGate(), []
     checking = Holder(gate)
-    checking.on_stage("check")  # one lane checks on the device
+    checking.on_stage("check")
+    assert not gate.sharing  # between its requests a lane holds nothing of the device
+    replied = checking.admit()  # one lane's check call runs on the device
 
     timing = _lane(gate, log, "timing", "timing")
     time.sleep(0.3)
-    assert timing.is_alive() and log == []  # a timing never starts beside another lane's stage
+    assert timing.is_alive() and log == []  # a timing never starts beside another lane's request
     later = _lane(gate, log, "later check", "build")
     time.sleep(0.3)
-    assert later.is_alive() and log == []  # a stage that starts meanwhile waits for the timing
-    checking.release()
+    assert later.is_alive() and log == []  # a request sent meanwhile waits for the timing
+    replied()  # the call's reply taken: the timing goes, though the lane is still in its check
     timing.join(5)
     later.join(5)
-    assert log == ["timing", "later check"]
+    assert log == ["timing", "later check"] and checking.stage == "check"
+    replied()  # told twice, the gate is let go of once
+    assert not gate.sharing and not gate.timing
 
 
-def test_the_reference_is_timed_alone_and_its_candidates_build_beside_the_other_lanes():
+def test_the_reference_is_timed_alone_and_its_candidates_requests_share_the_device_between():
     gate, log = DeviceGate(), []
     first = Holder(gate)
     first.on_stage("worker")
     first.on_stage("baselines")  # its reference timed before its candidate is loaded: alone on the device
     assert gate.timing and not gate.sharing
+    assert first.admit() is not None and not gate.sharing  # its own requests in the timing need no share
     checking = _lane(gate, log, "check", "check")
     time.sleep(0.3)
     assert checking.is_alive() and log == []
-    first.on_stage("build")  # then its build shares the device with the other lanes' stages
+    first.on_stage("build")  # then its build's requests share the device with the other lanes'
     checking.join(5)
-    assert log == ["check"] and not gate.timing and gate.sharing == 1
-    first.on_stage("timing")
+    assert log == ["check"] and not gate.timing and not gate.sharing
+    in_flight = first.admit()
+    assert gate.sharing == 1
+    first.on_stage("timing")  # its own request in flight is not waited for
     assert gate.timing and not gate.sharing
-    first.on_stage("timed-checks")  # its timed outputs compared beside the other lanes' stages
-    assert not gate.timing and gate.sharing == 1
-    first.on_stage(CLOSING)
+    in_flight()
+    assert gate.timing and not gate.sharing
+    first.on_stage("timed-checks")  # its timed outputs compared beside the other lanes' requests
+    assert not gate.timing and not gate.sharing
+    first.on_stage(CLOSING)  # its processes end: the device shared for the whole stage
     assert not gate.timing and gate.sharing == 1
     first.release()
     assert not gate.timing and not gate.sharing

@@ -89,8 +89,11 @@ def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeyp
     from kerneljudge.batch.gate import DeviceGate
     from kerneljudge.batch.local import LocalLane
 
-    lane = LocalLane("cpu:0", "cpu", DeviceGate(), {})
+    gate = DeviceGate()
+    lane = LocalLane("cpu:0", "cpu", gate, {})
     lane.prestart = True  # as on a GPU lane
+    plain_share, shares = gate.share, []
+    monkeypatch.setattr(gate, "share", lambda: shares.append((stages or ["-"])[-1]) or plain_share())
     stages: list[str] = []
     settled: list[tuple[str, int]] = []
     monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
@@ -101,6 +104,10 @@ def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeyp
     finally:
         lane.close()
     assert result.verdict == "pass" and result.timing
+    # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
+    # timing, and let go of all of it at the end
+    assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares
+    assert not gate.sharing and not gate.timing
     # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
     assert settled == [("reference", 0), ("probes" if "probes" in stages else "check", 1)]
     assert stages.index("timing") > stages.index("build")

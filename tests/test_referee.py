@@ -68,7 +68,7 @@ def test_a_worker_that_draws_inputs_of_its_own_choosing_only_fails_itself(fast):
 
 
 def test_a_worker_that_skips_the_parameter_changes_only_fails_itself(fast):
-    # the worker makes the probes' parameter changes on its copy of the reference's state; this one skips them:
+    # the worker makes the probes' parameter changes on ModelNew's entries; this one skips them:
     # its fingerprints differ from the referee's, the referee's entries are sent instead, and the replaced
     # judge function is named
     result = judge(fast, "skipped_changes", check={"trials": 2})
@@ -195,10 +195,19 @@ def honest_pass(options, folder, source: str):
     return result
 
 
-def test_a_reference_that_changes_its_own_state_gets_its_entries_sent(fast, tmp_path):
-    # the worker's copy of the reference's state (as constructed) no longer follows the referee's clamped one:
-    # the fingerprints differ, and the referee's entries are sent instead, so the honest candidate passes
+def test_a_reference_that_changes_its_own_state_is_followed_or_its_entries_sent(fast, tmp_path):
+    # the worker makes the probes' changes on ModelNew's own entries: the honest candidate clamps them when
+    # called, as the reference clamps its own, so they follow the referee's and nothing is sent ...
     result = honest_pass(fast, tmp_path, CLAMPS_ITSELF)
+    assert result.probes.get("parameter_changes_sent", 0) == 0, result.probes
+    # ... one that clamps a copy keeps its entries as loaded: the changes made on them differ from the
+    # referee's (the fingerprints say so), the referee's entries are sent instead, and it passes
+    candidate = tmp_path / "clamps_a_copy.py"
+    candidate.write_text(CLAMPS_ITSELF.replace("class Model(", "class ModelNew(").replace(
+        "        with torch.no_grad():\n            self.w.clamp_(min=0.0)  # the reference changes its own state when "
+        "called\n        return x * self.w", "        return x * self.w.clamp(min=0.0)"))
+    result = api.evaluate(tmp_path / "problem.py", candidate, fast, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert result.probes["parameter_changes_sent"] >= 1
 
 
@@ -244,16 +253,31 @@ def test_a_buffer_of_minus_infinity_is_changed_alike_and_passes(fast, tmp_path):
 
 
 def test_tied_weights_are_changed_alike_in_both_processes(fast, tmp_path):
-    # the probes change one tensor under two names twice in the referee: the worker's copy is tied alike
-    # (and an honest candidate's replaced parameter is replaced under both its names)
+    # the probes change one tensor under two names twice in the referee: the worker makes the changes on
+    # ModelNew's entries, tied alike (and an honest candidate's replaced parameter is replaced under both names)
     result = honest_pass(fast, tmp_path, TIED)
     assert "a.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
     assert "parameter_changes_sent" not in result.probes  # tied alike, never out of step
-    # the same where the referee's state is sent (a constructor seeded by its process): tied alike as received
+    # the same where the referee's state is sent (a constructor seeded by its process): ModelNew ties them
     seeded_by_process = TIED.replace("import torch\n", "import os\n\nimport torch\n", 1).replace(
         "super().__init__()", "super().__init__()\n        torch.manual_seed(os.getpid())")
     result = honest_pass(fast, tmp_path, seeded_by_process)
     assert result.memory["reference_state"] == "sent by the referee" and "parameter_changes_sent" not in result.probes
+
+
+def test_a_candidate_holding_its_parameters_in_another_dtype_follows_the_changes(fast, tmp_path):
+    # ModelNew keeps its weights in float64: the worker keeps its own float32 copy of the reference's entries
+    # for them, makes the probes' changes on it as the referee does and writes them in, so nothing is sent
+    # (made on the float64 entries, the changes would round otherwise and the fingerprints differ)
+    problem, candidate = tmp_path / "problem.py", tmp_path / "float64_weights.py"
+    problem.write_text(TIED.replace("        self.b.weight = self.a.weight  # one tensor under two names\n", ""))
+    candidate.write_text(problem.read_text().replace("class Model(", "class ModelNew(").replace(
+        "self.b = nn.Linear(n, n)", "self.b = nn.Linear(n, n).double()").replace(
+        "return self.b(torch.tanh(self.a(x)))", "return self.b(torch.tanh(self.a(x)).double()).float()"))
+    result = api.evaluate(problem, candidate, fast, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert "b.weight" in result.probes["parameters_changed_alone"]["changed_alone"]
+    assert "parameter_changes_sent" not in result.probes, result.probes
 
 
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):

@@ -78,6 +78,7 @@ class Pending:
     op: str
     nonce: str
     sent_at: int | None  # None: sent before the process joined an evaluation's memory account
+    replied: Callable[[], None] = lambda: None  # what its `admit` asked to be told when the reply is taken
 
 
 @dataclass
@@ -110,6 +111,9 @@ class WorkerProcess:
         self.tally: MemoryTally | None = None  # the evaluation's memory account (memtally.py), when it keeps one
         self.pending: Pending | None = None  # the request sent whose reply is not collected yet (one at most)
         self.first_device: str | None = None  # the device a spare was sent to take before it was taken (a pool's)
+        # asked before each request is sent, returns what to call once its reply is taken: where lanes share
+        # a device, the lane's hold on its gate (batch/gate.py) for the request's time
+        self.admit: Callable[[], Callable[[], None]] | None = None
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -234,9 +238,15 @@ class WorkerProcess:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
-        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None)
-        with self._failures(op):
-            channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
+        replied = self.admit() if self.admit is not None else (lambda: None)
+        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None,
+                          replied)
+        try:
+            with self._failures(op):
+                channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
+        except BaseException:
+            replied()
+            raise
         self.pending = pending
         return pending
 
@@ -247,8 +257,11 @@ class WorkerProcess:
         if pending is not self.pending:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the {self.role}'s reply to {pending.op} was taken "
                                            "already", stage=op), "")
-        with self._failures(op):
-            reply = self._receive(op, pending.nonce, on_progress)
+        try:
+            with self._failures(op):
+                reply = self._receive(op, pending.nonce, on_progress)
+        finally:
+            pending.replied()
         self.pending = None
         if reply.get("poisoned"):
             self.dead = True

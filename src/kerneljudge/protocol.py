@@ -248,8 +248,8 @@ class StateOf(Request):
 @request
 @dataclass(frozen=True)
 class SyncState(Request):
-    """The reference's entries (blobs, from StateOf) into the worker's copy of the reference's state, then
-    into ModelNew `how` (as Perturb says). Reply: the entries' fingerprint."""
+    """The reference's entries (blobs, from StateOf) into ModelNew `how` (as Perturb says), and into the
+    worker's own copy of an entry it keeps (worker/session.py). Reply: the entries' fingerprint."""
     op: ClassVar[str] = "sync-state"
     names: list[str]
     state: list[dict[str, Any]]
@@ -351,7 +351,6 @@ class Construct(Request):
     names: list[str] | None = None
     call_seed: int | None = None  # the generators are seeded with it before every candidate call (proc/rng)
     parameters: list[str] | None = None  # which of `names` are parameters (the probes change them: proc/perturb)
-    tied: dict[str, str] | None = None  # entries that are the tensor of an earlier entry (proc/perturb.ties)
     derive: bool = False
 
 

@@ -1,15 +1,19 @@
-"""One device shared by several lanes: their checks run side by side, a timing runs alone.
+"""One device shared by several lanes: their requests run side by side, a timing runs alone.
 
-Each lane on a device holds the device's gate while its evaluation uses it: shared for the stages
-that run code there (starting the processes, build, check, probes), exclusive for those that time (the
-reference's baselines, before the candidate is loaded; the candidate's timing). A lane that
-asks for the timing waits until no other lane's stage is running, and stages that start meanwhile wait
-for the timing to end (a waiting timing goes first, so it is never starved). So the stages of the next
-candidates overlap with each other, and with nothing of a timing. The lane learns where its evaluation
-is from the pipeline's progress events (`Holder.on_stage`), which the pipeline sends at the start of each
-stage and before it takes the timing lock. When the evaluation's processes end ("closing"), a timing's hold
-becomes a shared one at once: the other lanes' checks go on beside the ending of its processes (150-300 ms on
-the H200: the referee's and the worker's exit, their CUDA contexts freed), a timing still waits for it.
+Each lane on a device holds the device's gate while its evaluation uses it: exclusive for the stages that
+time (the reference's baselines, before the candidate is loaded; the candidate's timing); otherwise shared,
+by each request its processes are sent (CUDA's start, the build's import, a check call, a probe's) until the
+reply is taken (`Holder.admit`: a request's reply comes once the device is synchronised). A lane that asks
+for the timing waits until no other lane's request is in flight, and requests sent meanwhile wait for the
+timing to end (a waiting timing goes first, so it is never starved). So the next candidates' requests
+overlap with each other and with nothing of a timing, and a timing waits for the requests in flight, not
+for the other lanes' whole checks and probes (held by stage, a lane waited 1.4 s a candidate for the gate
+at three lanes on the H200, fifteenth session). Between its requests a lane's processes run nothing of the
+judge's on the device. The lane learns where its evaluation is from the pipeline's progress events
+(`Holder.on_stage`), which the pipeline sends at the start of each stage and before it takes the timing
+lock. When the evaluation's processes end ("closing") the lane holds the gate shared for the whole stage
+(their exit frees their CUDA contexts: 150-300 ms on the H200), a timing's hold becoming a shared one at
+once: the other lanes' requests go on beside it, a timing still waits for it.
 """
 
 from __future__ import annotations
@@ -79,34 +83,61 @@ class DeviceGate:
 
 
 class Holder:
-    """One evaluation's hold on a gate, moved along by its stages; `release` when the evaluation ends.
-    `on_wait(seconds)` is told each wait (the lane gives it back to the worker's time limit)."""
+    """One evaluation's hold on a gate, moved along by its stages and its requests; `release` when the
+    evaluation ends. `on_wait(seconds)` is told each wait (the lane gives it back to the worker's time limit)."""
 
     def __init__(self, gate: DeviceGate, on_wait: Callable[[float], None] = lambda seconds: None):
         self.gate = gate
         self.on_wait = on_wait
         self.stage: str | None = None
-        self.held: str | None = None  # None, "shared" or "timing"
+        self.held: str | None = None  # the evaluation's own hold: None, "shared" (closing) or "timing"
+        self.requests: set[int] = set()  # its requests in flight, each sharing the gate (`admit`)
+        self._sent = 0
 
     def on_stage(self, stage: str) -> None:
         if stage == self.stage or stage in HOST_ONLY:
             return
         self.stage = stage
-        if stage == CLOSING and self.held == "timing":
-            self.gate.share_after_timing()
+        if stage == CLOSING:
+            if self.held == "timing":
+                self.gate.share_after_timing()
+            elif self.held is None:
+                self.on_wait(self.gate.share())
             self.held = "shared"
         elif stage in TIMED and self.held != "timing":
             self.release()
             self.on_wait(self.gate.take())
             self.held = "timing"
-        elif stage not in TIMED and self.held != "shared":  # after the baselines, the build runs beside the others
-            self.release()
-            self.on_wait(self.gate.share())
-            self.held = "shared"
+        elif stage not in TIMED and self.held is not None:
+            self.release()  # after a timing, each request shares the gate again
+
+    def admit(self) -> Callable[[], None]:
+        """A request of the evaluation's processes is about to be sent: unless the evaluation holds the gate,
+        wait to share it. Returns what to call when the reply is taken (or the request failed)."""
+        if self.held is not None:
+            return _nothing
+        self.on_wait(self.gate.share())
+        self._sent += 1
+        request = self._sent
+        self.requests.add(request)
+
+        def replied() -> None:
+            if request in self.requests:  # not dropped by `release` meanwhile
+                self.requests.discard(request)
+                self.gate.unshare()
+        return replied
 
     def release(self) -> None:
+        """Let go of every hold: the evaluation's own, and its requests' (a timing does not wait for its own)."""
+        for _ in self.requests:
+            self.gate.unshare()
+        self.requests.clear()
         if self.held == "shared":
             self.gate.unshare()
         elif self.held == "timing":
             self.gate.give_back()
         self.held = None
+
+
+def _nothing() -> None:
+    pass

@@ -3,7 +3,7 @@
 Each lane judges through `pipeline.evaluate` with its own WorkerPool, so every candidate gets a fresh
 worker and referee (a crash, a hang past the time limit or a poisoned CUDA context ends that
 candidate only; the lane's next candidate starts clean). The lanes of one device (one per GPU by
-default, `per_gpu` more; CPU lanes all share "cpu") share its gate (gate.py): their stages run side by
+default, `per_gpu` more; CPU lanes all share "cpu") share its gate (gate.py): their requests run side by
 side, a timing runs alone; and its baseline memo (a problem's baselines are measured once per device
 and run). Timing also holds the device's timing lock (devicelock.py) against other judges.
 
@@ -29,7 +29,7 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
@@ -69,9 +69,12 @@ class _LanePool(WorkerPool):
     def __init__(self, tracked: _Tracked):
         super().__init__()
         self.tracked = tracked
+        self.admit: Callable[[], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
 
     def take(self, options: WorkerOptions, module: str = WORKER, device: str | None = None) -> WorkerProcess:
-        return self.tracked.add(super().take(options, module, device))
+        process = self.tracked.add(super().take(options, module, device))
+        process.admit = self.admit
+        return process
 
     def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
         if not self.tracked.stopped:
@@ -108,6 +111,7 @@ class LocalLane:
             self._not_counted(seconds)
 
         holder = Holder(self.gate, on_wait=lambda seconds: waited("gate-wait", seconds))
+        self.pool.admit = holder.admit
         started = {"done": False, "settled": set()}
 
         def observe(event: ProgressEvent) -> None:
@@ -125,6 +129,7 @@ class LocalLane:
             result = pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
                                        on_progress=observe, baselines=self.baselines)
         finally:
+            self.pool.admit = None
             holder.release()
         # the lane's waits are this candidate's time on the lane too (the batch's accounts: benchmarks/)
         return dataclasses.replace(result, stage_ms={**result.stage_ms, **{k: round(v, 3) for k, v in waits_ms.items()}})

@@ -4,8 +4,9 @@ and in the worker.
 Both processes run the problem's own `get_inputs()` under the same seed on the same device, so a seed is
 enough to name an input set; the referee checks once that the problem draws deterministically (`draws_alike`)
 before the judge relies on that. Likewise the reference built from the run's init seed: the worker builds
-its own copy of the reference's state (what ModelNew is loaded with, and what the probes change alike in
-both processes) instead of being sent it, and the judge compares the two processes' digests of it.
+its own copy of the reference's state (what ModelNew is loaded with; the probes then change ModelNew's
+entries alike in both processes) instead of being sent it, and the judge compares the two processes' digests
+of it.
 """
 
 from __future__ import annotations

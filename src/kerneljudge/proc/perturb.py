@@ -2,18 +2,20 @@
 
 A probe changes the reference's parameters and buffers (from a secret seed, or one state entry moved by a
 range probe) and the candidate must follow. The referee makes the change on the reference; the worker makes
-the same change on its copy of the reference's state (built alike at construction, or sent where it came out
-otherwise: `digest`) and writes it into ModelNew: the same draws from the same seed on the same device give
-the same values, so no state crosses between the processes per change (each change of level2/51's 256 MiB
-weight crossed the host twice).
+the same change on ModelNew's own entries, which hold the reference's state as loaded at construction (built
+alike there, or sent where it came out otherwise: `digest`), and writes it into ModelNew as the probe says: the
+same draws from the same seed on the same device give the same values, so no state crosses between the
+processes per change (each change of level2/51's 256 MiB weight crossed the host twice), and the worker holds
+no second copy of the parameters beside ModelNew's (worker/session.py).
 A worker that changes the values otherwise only makes its own outputs wrong: the referee's expectation is
-computed from its own change.
+computed from its own change, and the two fingerprints of a change tell the judge to send the referee's values.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import torch
 
@@ -60,9 +62,8 @@ def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
 
 
 def ties(names: list[str], tensors: list[torch.Tensor]) -> dict[str, str]:
-    """Entries that are the very tensor of an earlier entry (tied weights): name -> that entry's name. The
-    worker ties its copy of the state the same way, so that a change made twice to one tensor (once per
-    name) is made alike in both processes."""
+    """Entries that are the very tensor of an earlier entry (tied weights): name -> that entry's name (the
+    worker counts such a tensor once among a model's bytes)."""
     first: dict[tuple, str] = {}
     tied: dict[str, str] = {}
     for name, t in zip(names, tensors):
@@ -76,28 +77,42 @@ def ties(names: list[str], tensors: list[torch.Tensor]) -> dict[str, str]:
 
 def perturb(state: dict[str, torch.Tensor], parameters: set[str], seed: int, names: list[str] | None, *,
             replace: bool, device: torch.device) -> list[str]:
-    """Change the floating entries of `state` (`names`, or all) in place from `seed`: values scaled by
-    0.5..1.5 elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
+    """Change the floating entries of `state` (`names`, or all) in place from `seed` (`perturbation`).
+    Returns the names changed."""
+    return [name for name, _ in perturbation(state, parameters, seed, names, replace=replace, device=device)]
+
+
+def perturbation(state: dict[str, torch.Tensor], parameters: set[str], seed: int, names: list[str] | None, *,
+                 replace: bool, device: torch.device, copy: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """The change of the floating entries of `state` (`names`, or all) from `seed`, entry after entry in
+    `state`'s order, each yielded (name, changed tensor) once changed: values scaled by 0.5..1.5
+    elementwise (signs kept, so variances stay positive) and parameters shifted a little (so
     zero-initialised biases change too); with `replace`, parameters get new values in [-0.5, 0.5), as
-    new parameter objects would bring (buffers are scaled either way). Returns the names changed.
+    new parameter objects would bring (buffers are scaled either way). In place, or with `copy` on new
+    tensors made like the entries (the entries untouched; a tensor under two names, changed twice, is one
+    new tensor), so a consumer that swaps each in before the next is made holds one entry's copy at a time.
     Each entry changes a block of about PERTURB_BLOCK elements at a time, so a change needs one block's draws
     beside the state, not three copies of its largest entry (a 256 MiB weight's change took 768 MiB more
     on the H200: the judge's peak for the Gemm problems of KernelBench's level 2)."""
     generator = torch.Generator(device).manual_seed(seed)
-    changed = []
+    copies: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for name, t in state.items():
             if (names is not None and name not in names) or not t.is_floating_point():
                 continue
+            fresh = replace and name in parameters
+            if copy:
+                if id(t) not in copies:
+                    copies[id(t)] = torch.empty_like(t.detach()) if fresh else t.detach().clone()
+                t = copies[id(t)]
             for block in _blocks(t):
-                if replace and name in parameters:
+                if fresh:
                     block.copy_(_uniform(block, generator, -0.5, 0.5))
                 else:
                     block.mul_(_uniform(block, generator, 0.5, 1.5))
                     if name in parameters:
                         block.add_(_uniform(block, generator, -0.1, 0.1))
-            changed.append(name)
-    return changed
+            yield name, t
 
 
 def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None) -> list[str]:
@@ -117,8 +132,8 @@ def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], tra
 
 def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]:
     """Each entry's sum in float64, in `names`' order: both processes send theirs after a change, so a
-    worker's copy that no longer follows the reference (a reference that changes its own state in forward,
-    entries sharing storage in other ways than `ties` sees) is told apart from a candidate's stale cache."""
+    worker whose entries no longer follow the reference (a reference that changes its own state in forward,
+    ModelNew's entries not tied as the reference's are) is told apart from a candidate's stale cache."""
     return [_sum64(state[name].detach()) for name in names]
 
 
@@ -195,7 +210,7 @@ def _sum64(t: torch.Tensor) -> float:
 def _blocks(t: torch.Tensor):
     """Views of `t`, rows of its first dimension at a time, about PERTURB_BLOCK elements each (the whole of
     it when it is small, has no dimensions, or one row is larger). Shape alone decides, never strides: the
-    referee's entry may be a transposed view where the worker's copy is contiguous, and both must draw alike."""
+    referee's entry may be a transposed view where ModelNew's is contiguous, and both must draw alike."""
     row = t[0].numel() if t.dim() and t.shape[0] else 0
     if t.numel() <= PERTURB_BLOCK or not row or row > PERTURB_BLOCK:
         yield t

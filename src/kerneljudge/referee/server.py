@@ -18,7 +18,7 @@ from kerneljudge import protocol, timing
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
 from kerneljudge.proc.failures import classify
 from kerneljudge.proc.inputs import same_bits, seed_generators
-from kerneljudge.proc.perturb import digest, fingerprint, ties
+from kerneljudge.proc.perturb import digest, fingerprint
 from kerneljudge.proc.profile import output_aliases, profile_calls
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
@@ -121,7 +121,7 @@ class Referee:
         names, tensors = self.session.state()
         data = {"names": names, "digest": None if request.kernelbench else digest(dict(zip(names, tensors)), names),
                 "float64": self.session.reference64 is not None,
-                "parameters": [n for n, _ in self.session.reference.named_parameters()], "tied": ties(names, tensors)}
+                "parameters": [n for n, _ in self.session.reference.named_parameters()]}
         if request.kernelbench:
             torch.manual_seed(KERNELBENCH_SEED)
             data["trial_seeds"] = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(64)]

@@ -60,7 +60,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
           started: SetupStarted | None = None) -> dict[str, Any] | None:
     """The referee builds the reference (or has, when `started`), the worker builds ModelNew from the same
     seed and loads its state. Returns the referee's setup reply (trial seeds under KernelBench's protocol;
-    `reference_state`: where the worker's copy of the reference's state came from), None if a finding ended it."""
+    `reference_state`: where the reference's state the worker loaded into ModelNew came from), None if a finding ended it."""
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
         ready = started.ready if started.ready is not None else j.take(j.referee.collect(started.pending), STAGE)
@@ -68,7 +68,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
         def construct(state: dict[str, Any] | None, derive: bool) -> dict[str, Any]:
             request = protocol.Construct(started.init_seed, started.init_inputs_seed, state and state["state"],
                                          state["names"] if state else ready["names"], started.call_seed,
-                                         ready.get("parameters"), ready.get("tied"), derive)
+                                         ready.get("parameters"), derive=derive)
             return j.take(j.worker.call(request, state["_blobs"] if state else []), STAGE)
 
         built = construct(None, derive=not started.kernelbench)

@@ -2,8 +2,9 @@
 `memory` block (the judge's peak against the problem's footprint and the device's total).
 
 The judge's memory is what its two torch processes hold: each keeps the parameters, the inputs and the
-outputs, the worker also the reference's state it makes the probes' parameter changes on (proc/perturb.py)
-and the referee the candidate's output it compares. So the least a judgement needs is three times the
+outputs, the worker also the reference's state while it loads it into ModelNew (then let go of: the probes'
+parameter changes are made on ModelNew's entries, proc/perturb.py) and the referee the candidate's output it
+compares. So the least a judgement needs is three times the
 parameters, twice the inputs and three times the outputs; a problem whose least need exceeds
 the device is `problem-too-large`. The peak is reported per process and per device (the resident set,
 and the GPU allocator's high-water mark on a GPU) and as a multiple of the problem's footprint

@@ -275,10 +275,10 @@ def _set_range(j: Judging, transform: dict | None) -> None:
 
 
 def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> bool:
-    """A parameter change made by the referee, then by the worker on its copy of the reference's state
-    (proc/perturb.py): whether any entry changed. The two fingerprints of the changed entries must agree.
-    Where they do not, the worker's copy no longer follows the reference (a reference that changes its own
-    state when called, entries sharing storage in a way `ties` does not see): the referee's entries are sent
+    """A parameter change made by the referee, then by the worker on ModelNew's entries (proc/perturb.py):
+    whether any entry changed. The two fingerprints of the changed entries must agree. Where they do not, the
+    worker's entries no longer follow the reference (a reference that changes its own state when called and a
+    candidate that does not, entries tied otherwise than the reference's): the referee's entries are sent
     to the worker instead, as all changes were before the eighth session. Still different after that, the
     worker's process says otherwise than it was sent: that is its own doing (`tampering`)."""
     done = j.take(j.referee.call(change), STAGE)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import psutil
 import torch
@@ -21,7 +21,7 @@ import torch
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
 from kerneljudge.proc.inputs import build_seeded, equal_bits, make_inputs, refill, seed_generators
-from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturb, ties
+from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -182,7 +182,7 @@ class Worker:
         session = self.session
         if session.candidate is None:  # the first construction (a second one comes with the referee's state)
             self.baseline_rss_bytes = memory.rss_now_bytes()
-        session.candidate, session.reference_state = None, {}  # a first construction's, not held beside these
+        session.candidate, session.own_copies = None, {}  # a first construction's, not held beside these
         names, state, init_inputs = request.names or [], None, None
         if request.state is not None:
             state = dict(zip(names, tensorwire.unpack_values(request.state, blobs, self.device)))
@@ -197,20 +197,27 @@ class Worker:
             return _reply([made.failure.finding], poisoned=made.failure.poisoned)
         candidate = made.value
         if state is not None:
-            for name, first in (request.tied or {}).items():  # one tensor under two names, as in the reference
-                if name in state and first in state:
-                    state[name] = state[first]
             mismatch = _load_state(candidate, state)
             if mismatch is not None:
                 return _reply([mismatch])
-            session.reference_state, session.reference_parameters = state, set(request.parameters or ())
         moved = guarded(lambda: candidate.to(self.device).eval(), stage="check", code="constructor-error",
                         what=f"moving ModelNew to {self.device}", source_file=self._source())
         if moved.failure:
             return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
         session.candidate = moved.value
         session.seeding = CallSeeding(request.call_seed, self.device)
-        return _reply([], digest=digest(state, names) if request.derive and state is not None else None)
+        checksums = digest(state, names) if request.derive and state is not None else None
+        self._follow_reference(state or {}, request)
+        return _reply([], digest=checksums)
+
+    def _follow_reference(self, state: dict[str, torch.Tensor], request: protocol.Construct) -> None:
+        """What the probes' changes are made on from now (worker/session.py): ModelNew's entries, loaded from
+        `state`, which is let go of but for the entries ModelNew holds in another dtype."""
+        session = self.session
+        held = session.held_entries()
+        session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
+        session.own_copies = {name: value for name, value in state.items()
+                              if name in held and held[name].dtype != value.dtype}
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
@@ -239,7 +246,7 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            share = self._export() if shares_inputs(args, called.value, session.reference_state) else None
+            share = self._export() if shares_inputs(args, called.value, session.reference_values()) else None
             data["inputs_after"], after_blobs = tensorwire.pack_values(args, share)
             for meta in data["inputs_after"]:
                 if "blob" in meta:
@@ -251,59 +258,62 @@ class Worker:
         return _reply([], blobs=out_blobs, **data)
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
-        """The referee's change of the parameters, made alike on this process's copy of the reference's state
-        (proc/perturb.py), then written into ModelNew `request.how`."""
+        """The referee's change of the parameters, made alike on the reference's entries as this process
+        follows them (proc/perturb.py): in place on ModelNew's own, or on new tensors swapped in one at a
+        time ("replace") or loaded through its state dict ("state-dict")."""
         session = self.session
-        names = perturb(session.reference_state, session.reference_parameters, request.seed, request.names,
-                        replace=request.how == "replace", device=self.device)
-        return self._write_state(names, request.how)
+        return self._write_state(perturbation(session.reference_values(), session.reference_parameters,
+                                              request.seed, request.names, replace=request.how == "replace",
+                                              device=self.device, copy=request.how != "in-place"),
+                                 request.how, fresh=True)
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
-        """The referee's range move of a state entry (or its undoing), made alike here, written in place."""
+        """The referee's range move of a state entry (or its undoing), made alike here, in place."""
         transform = Transform.from_json(request.transform) if request.transform else None
-        return self._write_state(move(self.session.reference_state, self.session.range_originals, transform),
-                                 "in-place")
+        values = self.session.reference_values()
+        names = move(values, self.session.range_originals, transform)
+        return self._write_state(((name, values[name]) for name in names), "in-place")
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
-        """The reference's entries as the referee holds them, into this process's copy, then into ModelNew."""
+        """The reference's entries as the referee holds them, written into ModelNew."""
         values = tensorwire.unpack_values(request.state, blobs, self.device)
-        state = self.session.reference_state
-        with torch.no_grad():
-            for name, value in zip(request.names, values):
-                if name in state:
-                    state[name].copy_(value)
-                else:
-                    state[name] = value
-        return self._write_state([n for n in request.names if n in state], request.how)
+        return self._write_state(zip(request.names, values), request.how)
 
-    def _write_state(self, names: list[str], how: str) -> Reply:
-        """The reference state's entries `names` written into ModelNew: copied into the tensors it holds
-        ("in-place"), as new Parameter or buffer objects ("replace"), or through its own state dict with these
-        entries changed, loaded back ("state-dict"). The reply carries the entries' fingerprint, which the
-        judge holds against the referee's (proc/perturb.fingerprint)."""
+    def _write_state(self, changed: Iterable[tuple[str, torch.Tensor]], how: str, *, fresh: bool = False) -> Reply:
+        """New values of the reference's entries written into ModelNew, each before the next is made: copied
+        into the tensors it holds ("in-place"), as new Parameter or buffer objects ("replace"), or through its
+        own state dict with these entries changed, loaded back ("state-dict"). `fresh`: the values are new
+        tensors made here, taken as they are where ModelNew's entry has their dtype (no second copy of a 4 GB
+        weight beside the old one); a value that is ModelNew's own entry, changed in place, needs no writing.
+        The reply carries the values' fingerprint, which the judge holds against the referee's
+        (proc/perturb.fingerprint)."""
         session = self.session
-        marked = fingerprint(session.reference_state, names)
-        candidate_state = session.candidate.state_dict(keep_vars=True)
-        changed = {name: session.reference_state[name] for name in names if name in candidate_state}
+        held = session.held_entries()
+        written: list[tuple[str, torch.Tensor]] = []  # a name twice where a range move is undone and made again
         with torch.no_grad():
+            for name, value in changed:
+                written.append((name, value))
+                own = session.own_copies.get(name)
+                if own is not None and own is not value:
+                    own.copy_(value)
+                entry = held.get(name)
+                if entry is None or entry is value or how == "state-dict":
+                    continue
+                if how == "replace":
+                    new = value if fresh and own is None else torch.empty_like(entry.detach()).copy_(value)
+                    _replace_everywhere(session.candidate, entry, torch.nn.Parameter(new, requires_grad=entry.requires_grad)
+                                        if isinstance(entry, torch.nn.Parameter) else new)
+                else:
+                    entry.copy_(value)
             if how == "state-dict":
-                state = {name: t.detach().clone() for name, t in session.candidate.state_dict().items()}
-                loaded = guarded(lambda: session.candidate.load_state_dict({**state, **changed}),
+                state = {name: t.detach() for name, t in session.candidate.state_dict().items()}
+                changes = {name: value for name, value in written if name in state}
+                loaded = guarded(lambda: session.candidate.load_state_dict({**state, **changes}),
                                  stage="probe", code="forward-error", what="ModelNew.load_state_dict",
                                  source_file=self._source())
                 if loaded.failure:
                     return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
-                return _reply([], fingerprint=marked)
-            for name, value in changed.items():
-                if how == "replace":
-                    owner, attr = _owner(session.candidate, name)
-                    old = getattr(owner, attr)
-                    fresh = torch.empty_like(old.detach()).copy_(value)  # the candidate's dtype, device, layout
-                    _replace_everywhere(session.candidate, old, torch.nn.Parameter(fresh, requires_grad=old.requires_grad)
-                                        if isinstance(old, torch.nn.Parameter) else fresh)
-                else:
-                    candidate_state[name].copy_(value)
-        return _reply([], fingerprint=marked)
+        return _reply([], fingerprint=fingerprint(dict(written), [name for name, _ in written]))
 
     def observe(self, request: protocol.Observe, blobs: list) -> Reply:
         """One watched call (or two) of the candidate. Each call gets its own inputs, drawn right before it

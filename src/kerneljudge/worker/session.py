@@ -29,12 +29,26 @@ class Session:
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
     seeding: CallSeeding | None = None  # set at construction: the generators' seed before each call
     own_ops: tuple[str, ...] = ()  # operators the candidate registered with torch while it was imported
-    # a copy of the reference's state as loaded, which the probes' parameter changes are made on, as the
-    # referee makes them on the reference (proc/perturb.py): which entries are parameters, what a range
-    # probe moved
-    reference_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    # what the probes' parameter changes are made on, as the referee makes them on the reference
+    # (proc/perturb.py): the reference's entry names in its order, which are parameters, what a range probe
+    # moved. ModelNew's own entries hold the values (loaded from the reference's state: no second copy of a
+    # 4 GB weight beside ModelNew's); the worker keeps its own copy of an entry only where ModelNew holds it
+    # in another dtype (its rounding would make the next change differ)
+    reference_names: list[str] = field(default_factory=list)
     reference_parameters: set[str] = field(default_factory=set)
+    own_copies: dict[str, torch.Tensor] = field(default_factory=dict)
     range_originals: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def held_entries(self) -> dict[str, torch.Tensor]:
+        """ModelNew's parameters and buffers by name (the objects themselves), none if it is not a Module."""
+        return self.candidate.state_dict(keep_vars=True) if isinstance(self.candidate, torch.nn.Module) else {}
+
+    def reference_values(self) -> dict[str, torch.Tensor]:
+        """The reference's entries as this process follows them, in the reference's order: ModelNew's own
+        entry (one tensor under two names where ModelNew ties them, as the reference would) or the kept copy."""
+        held = self.held_entries()
+        values = {name: self.own_copies.get(name, held.get(name)) for name in self.reference_names}
+        return {name: value for name, value in values.items() if value is not None}
 
     def call(self, args: list):
         """One candidate call in inference mode (the generators seeded as the referee seeds them before

@@ -1,5 +1,5 @@
-"""The worker makes the probes' parameter changes itself, on its copy of the reference's state: this
-candidate makes its process skip them, and computes from what it holds. The fingerprints of the changed
+"""The worker makes the probes' parameter changes itself, on ModelNew's entries (loaded from the reference's
+state): this candidate makes its process skip them, and computes from what it holds. The fingerprints of the changed
 entries then differ from the referee's, and the judge sends the referee's entries instead: the candidate
 gets the changed values anyway, and the guard names the judge function it replaced."""
 import torch
@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 import kerneljudge.worker.server as server
 
-server.perturb = lambda state, parameters, seed, names, **how: [n for n in state if names is None or n in names]
+server.perturbation = lambda state, parameters, seed, names, **how: ((n, t) for n, t in state.items()
+                                                                   if names is None or n in names)
 
 
 class ModelNew(nn.Module):
