@@ -203,7 +203,12 @@ def write_doc() -> None:
                          "level1/1-31 and level2/1-33 (the elementwise ones now 2.0-3.0x, the convolutions 1.9-2.0x, "
                          "the Gemm/Matmul ones 3.3-7.6x); level1/36 and 76 are still the fifth session's. "
                          "Fourteenth session: those two again (`--redo`, side by side): 2.98x and 2.0x (their sums "
-                         "5.04x and 3.38x before).", ""],
+                         "5.04x and 3.38x before). Sixteenth session, with the worker's one copy of the "
+                         "parameters (the probes' changes made on ModelNew's entries; `--redo`): level2/9-99's "
+                         "Gemm/Matmul rows and level3's models above 3x, level1/2 and 16 (no parameters: unchanged "
+                         "at 5.8x and 7.6x); level2/55-59 from 8.9x to 5.0x, the other Gemm rows from 4.5-7.1x to "
+                         "3.2-5.2x; the referee's 3 footprints (the reference and its float64 copy) are now the "
+                         "larger part.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "

@@ -279,6 +279,32 @@ def test_a_timing_waits_for_the_requests_in_flight_on_its_device_and_goes_before
     assert not gate.sharing and not gate.timing
 
 
+def test_a_lane_with_a_request_in_flight_sends_its_next_without_waiting_for_a_timing():
+    """A lane may take a reply only after it sent its next request (the referee's setup is collected after the
+    worker's build is sent): that request cannot wait for a timing that waits for the first reply (it did, in
+    the H200's first batch of the sixteenth session: both lanes waited for ever)."""
+    gate, log = DeviceGate(), []
+    lane = Holder(gate)
+    lane.on_stage("worker")
+    setup = lane.admit()
+    timing = _lane(gate, log, "timing", "timing")
+    time.sleep(0.3)
+    assert timing.is_alive() and gate.timings_waiting == 1  # the timing waits for the setup in flight
+    sent: list = []
+    build = threading.Thread(target=lambda: sent.append(lane.admit()), daemon=True)
+    build.start()
+    build.join(5)
+    assert not build.is_alive() and gate.sharing == 2 and log == []  # sent at once, the timing still waiting
+    sent[0]()
+    time.sleep(0.1)
+    assert timing.is_alive()
+    setup()  # the setup's reply taken: the timing goes
+    timing.join(5)
+    assert log == ["timing"]
+    lane.release()
+    assert not gate.sharing and not gate.timing
+
+
 def test_the_reference_is_timed_alone_and_its_candidates_requests_share_the_device_between():
     gate, log = DeviceGate(), []
     first = Holder(gate)

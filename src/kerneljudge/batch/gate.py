@@ -53,6 +53,13 @@ class DeviceGate:
             self.sharing += 1
         return self.clock() - started
 
+    def share_more(self) -> None:
+        """One more request of a lane that shares the device already: no wait, even for a waiting timing. The
+        lane may take the reply the timing waits for only after this request's (the referee's setup, sent
+        before the worker's build and collected after it): waiting here would wait for itself."""
+        with self.condition:
+            self.sharing += 1
+
     def unshare(self) -> None:
         with self.condition:
             self.sharing -= 1
@@ -102,7 +109,7 @@ class Holder:
             if self.held == "timing":
                 self.gate.share_after_timing()
             elif self.held is None:
-                self.on_wait(self.gate.share())
+                self._share()
             self.held = "shared"
         elif stage in TIMED and self.held != "timing":
             self.release()
@@ -113,10 +120,11 @@ class Holder:
 
     def admit(self) -> Callable[[], None]:
         """A request of the evaluation's processes is about to be sent: unless the evaluation holds the gate,
-        wait to share it. Returns what to call when the reply is taken (or the request failed)."""
+        wait to share it (not while another of its requests is in flight: `DeviceGate.share_more`). Returns
+        what to call when the reply is taken (or the request failed)."""
         if self.held is not None:
             return _nothing
-        self.on_wait(self.gate.share())
+        self._share()
         self._sent += 1
         request = self._sent
         self.requests.add(request)
@@ -126,6 +134,13 @@ class Holder:
                 self.requests.discard(request)
                 self.gate.unshare()
         return replied
+
+    def _share(self) -> None:
+        """Share the gate: at once while a request of the evaluation's is in flight, else after waiting."""
+        if self.requests:
+            self.gate.share_more()
+        else:
+            self.on_wait(self.gate.share())
 
     def release(self) -> None:
         """Let go of every hold: the evaluation's own, and its requests' (a timing does not wait for its own)."""

@@ -212,12 +212,12 @@ class Worker:
 
     def _follow_reference(self, state: dict[str, torch.Tensor], request: protocol.Construct) -> None:
         """What the probes' changes are made on from now (worker/session.py): ModelNew's entries, loaded from
-        `state`, which is let go of but for the entries ModelNew holds in another dtype."""
+        `state`, which is let go of but for the entries ModelNew holds in another dtype or on another device."""
         session = self.session
         held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
         session.own_copies = {name: value for name, value in state.items()
-                              if name in held and held[name].dtype != value.dtype}
+                              if name in held and (held[name].dtype, held[name].device) != (value.dtype, value.device)}
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the

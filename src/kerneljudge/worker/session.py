@@ -33,7 +33,8 @@ class Session:
     # (proc/perturb.py): the reference's entry names in its order, which are parameters, what a range probe
     # moved. ModelNew's own entries hold the values (loaded from the reference's state: no second copy of a
     # 4 GB weight beside ModelNew's); the worker keeps its own copy of an entry only where ModelNew holds it
-    # in another dtype (its rounding would make the next change differ)
+    # in another dtype (its rounding would make the next change differ) or on another device (whose generator
+    # would draw otherwise)
     reference_names: list[str] = field(default_factory=list)
     reference_parameters: set[str] = field(default_factory=set)
     own_copies: dict[str, torch.Tensor] = field(default_factory=dict)
