@@ -311,7 +311,8 @@ def test_the_reference_is_timed_alone_and_its_candidates_requests_share_the_devi
     first.on_stage("worker")
     first.on_stage("baselines")  # its reference timed before its candidate is loaded: alone on the device
     assert gate.timing and not gate.sharing
-    assert first.admit() is not None and not gate.sharing  # its own requests in the timing need no share
+    first.admit()()  # its own requests in the timing share nothing
+    assert gate.timing and not gate.sharing
     checking = _lane(gate, log, "check", "check")
     time.sleep(0.3)
     assert checking.is_alive() and log == []

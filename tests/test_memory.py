@@ -293,6 +293,7 @@ def test_a_checks_inputs_are_held_for_the_referee_only_where_small_beside_the_pr
     peak for it under 3 footprints (worker/server.shares_inputs)."""
     import torch
 
+    from kerneljudge.proc import memory
     from kerneljudge.worker.build import import_problem
     from kerneljudge.worker.server import shares_inputs
 
@@ -301,9 +302,9 @@ def test_a_checks_inputs_are_held_for_the_referee_only_where_small_beside_the_pr
         module = import_problem(str(path), path.read_text(), sizes)
         model = module.Model(*module.get_init_inputs())
         args = list(module.get_inputs())
-        return shares_inputs(args, model(*args), model.state_dict())
+        return shares_inputs(args, model(*args), memory.tensor_bytes(list(model.state_dict().values())))
 
     assert judged("12_Gemm", batch_size=8, in_features=256, out_features=256)
     assert not judged("19_ReLU", batch_size=4, dim=1024)
-    assert shares_inputs([torch.zeros(300)], torch.zeros(300), {"w": torch.zeros(600)})  # a quarter
-    assert not shares_inputs([torch.zeros(301)], torch.zeros(300), {"w": torch.zeros(600)})
+    assert shares_inputs([torch.zeros(300)], torch.zeros(300), 600 * 4)  # a quarter
+    assert not shares_inputs([torch.zeros(301)], torch.zeros(300), 600 * 4)

@@ -111,3 +111,40 @@ def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeyp
     # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
     assert settled == [("reference", 0), ("probes" if "probes" in stages else "check", 1)]
     assert stages.index("timing") > stages.index("build")
+
+
+def test_a_lanes_timing_stops_the_workers_of_the_devices_other_lanes(fast):
+    """While a lane times (the reference's baselines, then the candidate), the workers of the lanes sharing
+    its device are stopped: a thread a candidate started at import could run beside the timing and slow it.
+    They are continued before the gate lets any of their requests go."""
+    from contextlib import contextmanager
+
+    from kerneljudge.batch.backend import Job
+    from kerneljudge.batch.gate import DeviceGate
+    from kerneljudge.batch.local import LocalLane
+
+    gate = DeviceGate()
+    lane, other = LocalLane("cpu:0", "cpu", gate, {}), LocalLane("cpu:1", "cpu", gate, {})
+    lane.neighbours = [other]
+    seen: list[tuple[str, bool]] = []
+
+    class Neighbour:
+        """The other lane's worker as the lane sees it (a stand-in: its stop and start are recorded)."""
+        role, process, dead = "worker", object(), False
+
+        @contextmanager
+        def frozen(self):
+            seen.append(("stopped", gate.timing))
+            yield
+            seen.append(("continued", gate.timing))
+
+    neighbour = other.tracked.add(Neighbour())
+    options = fast.replace(timing={"enabled": True, "budget_ms": 20.0, "compile_baseline": False}, probes=False)
+    job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=options, key="k")
+    try:
+        result = lane.judge(job, lambda event: None)
+    finally:
+        lane.close()
+    assert result.verdict == "pass" and result.timing and neighbour.dead is False
+    # stopped once the lane holds the device alone, for each timed stage, and continued while it still does
+    assert seen == [("stopped", True), ("continued", True)] * 2 and not gate.timing and not gate.sharing

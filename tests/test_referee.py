@@ -280,6 +280,21 @@ def test_a_candidate_holding_its_parameters_in_another_dtype_follows_the_changes
     assert "parameter_changes_sent" not in result.probes, result.probes
 
 
+def test_a_candidate_that_casts_its_parameters_when_first_called_needs_each_entry_sent_once(fast, tmp_path):
+    # ModelNew turns its weights to float64 at its first call: the first change of each entry, made on the
+    # float64 entry, rounds otherwise than the referee's, the referee's values are sent, and the worker keeps
+    # them as its own copy; the later changes are made on that copy (no entry sent twice)
+    problem, candidate = tmp_path / "problem.py", tmp_path / "casts_when_called.py"
+    problem.write_text(TIED.replace("        self.b.weight = self.a.weight  # one tensor under two names\n", ""))
+    candidate.write_text(problem.read_text().replace("class Model(", "class ModelNew(").replace(
+        "return self.b(torch.tanh(self.a(x)))",
+        "if self.b.weight.dtype != torch.float64:\n            self.b.double()\n"
+        "        return self.b(torch.tanh(self.a(x)).double()).float()"))
+    result = api.evaluate(problem, candidate, fast, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert 1 <= result.probes["parameter_changes_sent"] <= 2, result.probes  # b.weight's and b.bias's first
+
+
 def test_claimed_times_that_do_not_add_up_are_not_believed(fast):
     # row 24 on the CPU: claims cut to 1% leave ~30 ms per call unexplained by the judge's clock
     result = judge(fast, "shrunk_times", timing=SHORT_TIMING)

@@ -239,9 +239,9 @@ class WorkerProcess:
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
         replied = self.admit() if self.admit is not None else (lambda: None)
-        pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None,
-                          replied)
         try:
+            pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None,
+                              replied)
             with self._failures(op):
                 channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
         except BaseException:

@@ -142,7 +142,7 @@ class Estimate(Request):
 class Setup(Request):
     """Import the problem (never the candidate), build the reference from `init_seed` (KernelBench's seed
     42 under its protocol) and its float64 copy. Reply: its state's entry names, their digest, which are
-    parameters and which are tied, float64 (the state itself only on request: StateOf)."""
+    parameters, float64 (the state itself only on request: StateOf)."""
     op: ClassVar[str] = "setup"
     problem: dict[str, Any]
     init_seed: int
@@ -225,9 +225,9 @@ class ComparePair(Request):
 @dataclass(frozen=True)
 class Perturb(Request):
     """Change the parameters and buffers from `seed` (`names`: only those; None: all floating entries), the
-    same way in both processes (proc/perturb.py): the referee changes the reference's, the worker its copy
-    of the reference's state and writes the change into ModelNew `how`: "in-place" (copied into the tensors
-    it holds), "replace" (new Parameter or buffer objects; parameters get new values, as new objects would
+    same way in both processes (proc/perturb.py): the referee changes the reference's, the worker ModelNew's
+    (as loaded from the reference's state) and writes the change into ModelNew `how`: "in-place" (made in the
+    tensors it holds), "replace" (new Parameter or buffer objects; parameters get new values, as new objects would
     bring) or "state-dict" (its own state_dict, with these entries changed, loaded back). Reply: the names
     of the entries changed (the referee's) and their fingerprint (proc/perturb.fingerprint; both)."""
     op: ClassVar[str] = "perturb"
@@ -239,8 +239,8 @@ class Perturb(Request):
 @request
 @dataclass(frozen=True)
 class StateOf(Request):
-    """The reference's state-dict entries `names` as they are now (blobs): for a worker whose copy of the
-    reference's state no longer follows the reference (SyncState)."""
+    """The reference's state-dict entries `names` as they are now (blobs): for a worker whose entries no
+    longer follow the reference's (SyncState)."""
     op: ClassVar[str] = "state-of"
     names: list[str]
 

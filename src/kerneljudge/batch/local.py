@@ -13,7 +13,10 @@ taken (it starts CUDA when the next candidate pings it, after the current one en
 runs on the GPU while the current candidate is timed, and the lane waits for its spares' start to end
 before each timing, the reference's and the candidate's (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
 the 16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would;
-another lane's spares may still be starting). On a CPU lane spares start only after an evaluation, as
+another lane's spares may still be starting). While a lane times, the workers of the device's other lanes are
+stopped (`WorkerProcess.frozen`): they have no request in flight then (the gate), but candidate code already
+loaded in them (a thread started at import) could run beside the timing and slow it, which in a batch scored
+side by side (an RL group) would be a candidate's gain. On a CPU lane spares start only after an evaluation, as
 WorkerPool does (a process importing torch would compete with a host-clock timing); with several CPU
 lanes, another lane's spare may still be importing torch while a lane times.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from contextlib import ExitStack
 import threading
 import weakref
 from pathlib import Path
@@ -33,7 +37,7 @@ from typing import Callable, Sequence
 
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
-from kerneljudge.batch.gate import TIMED, DeviceGate, Holder
+from kerneljudge.batch.gate import HOST_ONLY, TIMED, DeviceGate, Holder
 from kerneljudge.isolation import WORKER, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.progress import ProgressEvent, ProgressObserver
@@ -89,6 +93,30 @@ class _LanePool(WorkerPool):
         super().close()
 
 
+class _Neighbours:
+    """The workers of the device's other lanes, stopped while a lane times (`stop`, until `go`). What each did
+    meanwhile is not judged here: its own evaluation's checks and time limit go on (the time stopped is not
+    its worker's)."""
+
+    def __init__(self, lanes: "list[LocalLane]"):
+        self.lanes = lanes
+        self.stopped: ExitStack | None = None
+
+    def stop(self) -> None:
+        if self.stopped is not None:
+            return
+        self.stopped = ExitStack()
+        for lane in self.lanes:
+            for process in list(lane.tracked.live):
+                if process.role == "worker" and process.process is not None and not process.dead:
+                    self.stopped.enter_context(process.frozen())
+
+    def go(self) -> None:
+        if self.stopped is not None:
+            stopped, self.stopped = self.stopped, None
+            stopped.close()
+
+
 class LocalLane:
     """Judges on one local device ("cuda:1", or "cpu"), sharing it with the device's other lanes through
     `gate` (gate.py) and their baselines through `baselines` (problem key -> baselines, measure.py)."""
@@ -101,6 +129,7 @@ class LocalLane:
         self.tracked = _Tracked()
         self.pool = _LanePool(self.tracked)
         self.prestart = device.startswith("cuda")
+        self.neighbours: list[LocalLane] = []  # the device's other lanes (LocalBackend sets them)
 
     def judge(self, job: Job, on_progress: ProgressObserver) -> Result:
         options = job.options.replace(device=self.device, store_path=None)
@@ -113,22 +142,30 @@ class LocalLane:
         holder = Holder(self.gate, on_wait=lambda seconds: waited("gate-wait", seconds))
         self.pool.admit = holder.admit
         started = {"done": False, "settled": set()}
+        neighbours = _Neighbours(self.neighbours)
 
         def observe(event: ProgressEvent) -> None:
             if self.prestart and event.stage in TIMED and event.stage not in started["settled"]:
                 started["settled"].add(event.stage)  # no spare still importing torch beside a timing (docstring)
                 waited("spares-wait", self.pool.settle())
+            if event.stage not in TIMED and event.stage not in HOST_ONLY:
+                neighbours.go()  # continued before the gate lets their requests go
             holder.on_stage(event.stage)
+            if event.stage in TIMED:
+                neighbours.stop()
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
-                # the next candidate's processes (taking the device at once), while this one builds
-                self.pool.fill(options.worker_options(), self.device)
+                # the next candidate's processes, while this one builds: not sent to the device yet (its CUDA
+                # start is a request of the next evaluation's, under the gate; started here, it could fall
+                # in another lane's timing)
+                self.pool.fill(options.worker_options())
             on_progress(event)
 
         try:
             result = pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
                                        on_progress=observe, baselines=self.baselines)
         finally:
+            neighbours.go()
             self.pool.admit = None
             holder.release()
         # the lane's waits are this candidate's time on the lane too (the batch's accounts: benchmarks/)
@@ -158,6 +195,8 @@ class LocalBackend:
         memos: dict[str, dict] = {device: {} for device in devices}
         self._lanes = [LocalLane(_lane_name(devices, i), device, gates[device], memos[device])
                        for i, device in enumerate(devices)]
+        for lane in self._lanes:
+            lane.neighbours = [other for other in self._lanes if other.gate is lane.gate and other is not lane]
         self.gpu = next((d for d in devices if d.startswith("cuda")), None)
         self.tracked = _Tracked()
         self._arch: str | None = options.arch

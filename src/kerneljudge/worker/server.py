@@ -216,8 +216,9 @@ class Worker:
         session = self.session
         held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
-        session.own_copies = {name: value for name, value in state.items()
-                              if name in held and (held[name].dtype, held[name].device) != (value.dtype, value.device)}
+        session.own_copies = {name: value for name, value in state.items() if name in held and _kind(held[name]) != _kind(value)}
+        tied = ties(list(state), list(state.values()))
+        session.reference_bytes = memory.tensor_bytes([t for name, t in state.items() if name not in tied])
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
@@ -246,7 +247,7 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            share = self._export() if shares_inputs(args, called.value, session.reference_values()) else None
+            share = self._export() if shares_inputs(args, called.value, session.reference_bytes) else None
             data["inputs_after"], after_blobs = tensorwire.pack_values(args, share)
             for meta in data["inputs_after"]:
                 if "blob" in meta:
@@ -261,50 +262,73 @@ class Worker:
         """The referee's change of the parameters, made alike on the reference's entries as this process
         follows them (proc/perturb.py): in place on ModelNew's own, or on new tensors swapped in one at a
         time ("replace") or loaded through its state dict ("state-dict")."""
+        held = self._held()
+        if held.failure:
+            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         session = self.session
-        return self._write_state(perturbation(session.reference_values(), session.reference_parameters,
+        return self._write_state(perturbation(session.reference_values(held.value), session.reference_parameters,
                                               request.seed, request.names, replace=request.how == "replace",
                                               device=self.device, copy=request.how != "in-place"),
-                                 request.how, fresh=True)
+                                 request.how, held.value, fresh=True)
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         """The referee's range move of a state entry (or its undoing), made alike here, in place."""
+        held = self._held()
+        if held.failure:
+            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         transform = Transform.from_json(request.transform) if request.transform else None
-        values = self.session.reference_values()
+        values = self.session.reference_values(held.value)
         names = move(values, self.session.range_originals, transform)
-        return self._write_state(((name, values[name]) for name in names), "in-place")
+        return self._write_state(((name, values[name]) for name in names), "in-place", held.value)
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
         """The reference's entries as the referee holds them, written into ModelNew."""
+        held = self._held()
+        if held.failure:
+            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         values = tensorwire.unpack_values(request.state, blobs, self.device)
-        return self._write_state(zip(request.names, values), request.how)
+        return self._write_state(zip(request.names, values), request.how, held.value)
 
-    def _write_state(self, changed: Iterable[tuple[str, torch.Tensor]], how: str, *, fresh: bool = False) -> Reply:
-        """New values of the reference's entries written into ModelNew, each before the next is made: copied
-        into the tensors it holds ("in-place"), as new Parameter or buffer objects ("replace"), or through its
-        own state dict with these entries changed, loaded back ("state-dict"). `fresh`: the values are new
-        tensors made here, taken as they are where ModelNew's entry has their dtype (no second copy of a 4 GB
-        weight beside the old one); a value that is ModelNew's own entry, changed in place, needs no writing.
-        The reply carries the values' fingerprint, which the judge holds against the referee's
-        (proc/perturb.fingerprint)."""
+    def _held(self):
+        """ModelNew's parameters and buffers (Session.held_entries): its state_dict is its code, called guarded."""
+        return guarded(self.session.held_entries, stage="probe", code="forward-error", what="ModelNew.state_dict",
+                       source_file=self._source())
+
+    def _write_state(self, changed: Iterable[tuple[str, torch.Tensor]], how: str, held: dict[str, torch.Tensor], *,
+                     fresh: bool = False) -> Reply:
+        """New values of the reference's entries written into ModelNew (`held`: its entries), each before the
+        next is made: copied into the tensors it holds ("in-place"), as new Parameter or buffer objects
+        ("replace"), or through its own state dict with these entries changed, loaded back at once
+        ("state-dict": their copies all held until then). `fresh`: the values are new tensors made here, taken
+        as they are where ModelNew's entry has their dtype and device (no second copy of a 4 GB weight beside
+        the old one); a value that is ModelNew's own entry, changed in place, needs no writing. Where ModelNew
+        holds an entry in another dtype or on another device and this process keeps no copy of it yet, the
+        value becomes that copy (the next change is made on it, not on ModelNew's rounding). The reply carries
+        the values' fingerprint, which the judge holds against the referee's (proc/perturb.fingerprint)."""
         session = self.session
-        held = session.held_entries()
         written: list[tuple[str, torch.Tensor]] = []  # a name twice where a range move is undone and made again
         with torch.no_grad():
             for name, value in changed:
                 written.append((name, value))
-                own = session.own_copies.get(name)
+                entry, own = held.get(name), session.own_copies.get(name)
                 if own is not None and own is not value:
                     own.copy_(value)
-                entry = held.get(name)
+                elif own is None and entry is not None and _kind(entry) != _kind(value):
+                    own = session.own_copies[name] = value if fresh else value.clone()
                 if entry is None or entry is value or how == "state-dict":
                     continue
                 if how == "replace":
-                    new = value if fresh and own is None else torch.empty_like(entry.detach()).copy_(value)
-                    _replace_everywhere(session.candidate, entry, torch.nn.Parameter(new, requires_grad=entry.requires_grad)
-                                        if isinstance(entry, torch.nn.Parameter) else new)
+                    new = value if fresh and own is None and _kind(entry) == _kind(value) else \
+                        torch.empty_like(entry.detach()).copy_(value)
+                    new = torch.nn.Parameter(new, requires_grad=entry.requires_grad) \
+                        if isinstance(entry, torch.nn.Parameter) else new
+                    _replace_everywhere(session.candidate, entry, new)
+                    for other, held_entry in list(held.items()):  # the old object let go of here too
+                        if held_entry is entry:
+                            held[other] = new
                 else:
                     entry.copy_(value)
+                del entry
             if how == "state-dict":
                 state = {name: t.detach() for name, t in session.candidate.state_dict().items()}
                 changes = {name: value for name, value in written if name in state}
@@ -448,14 +472,17 @@ def _bytes(t) -> int:
     return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
 
 
-def shares_inputs(args: list, out, reference_state: dict) -> bool:
+def shares_inputs(args: list, out, state_bytes: int) -> bool:
     """Whether a check's inputs after the call go back shared: they are at most INPUTS_SHARED_UP_TO of the
-    problem's own memory (the reference's state, the inputs, the output)."""
+    problem's own memory (the reference's state, `state_bytes`; the inputs, the output)."""
     inputs = memory.tensor_bytes(args)
-    tied = ties(list(reference_state), list(reference_state.values()))  # an entry tied under two names once
-    state = [t for name, t in reference_state.items() if name not in tied]
-    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + memory.tensor_bytes(state)
+    own = inputs + memory.tensor_bytes(tensorwire.tensors_of(out)) + state_bytes
     return inputs <= INPUTS_SHARED_UP_TO * own
+
+
+def _kind(t: torch.Tensor) -> tuple:
+    """What a copy of an entry must share with it to be written as it is: its dtype and device."""
+    return t.dtype, t.device
 
 
 def poison_free_memory(device: torch.device, sizes: list[int]) -> None:

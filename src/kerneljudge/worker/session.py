@@ -33,23 +33,29 @@ class Session:
     # (proc/perturb.py): the reference's entry names in its order, which are parameters, what a range probe
     # moved. ModelNew's own entries hold the values (loaded from the reference's state: no second copy of a
     # 4 GB weight beside ModelNew's); the worker keeps its own copy of an entry only where ModelNew holds it
-    # in another dtype (its rounding would make the next change differ) or on another device (whose generator
-    # would draw otherwise)
+    # in another dtype or on another device (its rounding would make the next change differ), from the
+    # construction or from the first values sent for it after ModelNew changed it so
     reference_names: list[str] = field(default_factory=list)
     reference_parameters: set[str] = field(default_factory=set)
     own_copies: dict[str, torch.Tensor] = field(default_factory=dict)
+    reference_bytes: int = 0  # the reference's state's bytes, a tied tensor once
     range_originals: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def held_entries(self) -> dict[str, torch.Tensor]:
         """ModelNew's parameters and buffers by name (the objects themselves), none if it is not a Module."""
         return self.candidate.state_dict(keep_vars=True) if isinstance(self.candidate, torch.nn.Module) else {}
 
-    def reference_values(self) -> dict[str, torch.Tensor]:
-        """The reference's entries as this process follows them, in the reference's order: ModelNew's own
-        entry (one tensor under two names where ModelNew ties them, as the reference would) or the kept copy."""
-        held = self.held_entries()
-        values = {name: self.own_copies.get(name, held.get(name)) for name in self.reference_names}
-        return {name: value for name, value in values.items() if value is not None}
+    def reference_values(self, held: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The reference's entries as this process follows them, in the reference's order: its own copy of an
+        entry, else ModelNew's (`held`; one tensor under two names where ModelNew ties them, as the reference
+        would), brought to this process's device where ModelNew keeps it elsewhere (the changes are drawn on
+        the device)."""
+        values = {}
+        for name in self.reference_names:
+            value = self.own_copies.get(name, held.get(name))
+            if value is not None:
+                values[name] = value if value.device == self.device else value.detach().to(self.device)
+        return values
 
     def call(self, args: list):
         """One candidate call in inference mode (the generators seeded as the referee seeds them before
