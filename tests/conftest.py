@@ -55,18 +55,6 @@ def cache_dir(tmp_path_factory) -> Path:
     return Path(shared) if shared else tmp_path_factory.mktemp("kj-cache")
 
 
-# The slowest files first (their times measured in the sixteenth session, 2 cores): pytest-xdist's `--dist loadfile`
-# hands files to its two processes in collection order, so a heavy file collected last (test_ray, 136 s) kept
-# one process busy alone at the end while the other had finished; first, the small files fill in after them.
-SLOWEST_FIRST = ("test_ray.py", "test_isolation.py", "test_sandbox.py", "test_integrity.py", "test_referee.py",
-                 "test_batch.py", "test_server.py", "test_memory.py")
-
-
-def pytest_collection_modifyitems(items) -> None:
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: in-file order kept
-
-
 @pytest.fixture(scope="session")
 def cpp_built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
     """`kerneljudge build` of the suite's C++ sources, three at once, into a fresh cache, in a subprocess:

@@ -81,42 +81,12 @@ def test_settle_waits_for_the_spares_to_answer_and_drops_a_dead_one(fast):
         assert pool.take(options) is spare
 
 
-def test_a_prestarting_lane_waits_for_its_spares_before_the_timing(fast, monkeypatch):
+def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before_the_timing(fast, monkeypatch):
     """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
     beside the timing inflated the candidate's host time per call (H200). The lane settles them before each
-    stage that times."""
-    from kerneljudge.batch.backend import Job
-    from kerneljudge.batch.gate import DeviceGate
-    from kerneljudge.batch.local import LocalLane
-
-    gate = DeviceGate()
-    lane = LocalLane("cpu:0", "cpu", gate, {})
-    lane.prestart = True  # as on a GPU lane
-    plain_share, shares = gate.share, []
-    monkeypatch.setattr(gate, "share", lambda: shares.append((stages or ["-"])[-1]) or plain_share())
-    stages: list[str] = []
-    settled: list[tuple[str, int]] = []
-    monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
-    options = fast.replace(timing={"enabled": True, "budget_ms": 20.0, "baselines": False}, probes=False)
-    job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=options, key="k")
-    try:
-        result = lane.judge(job, lambda event: stages.append(event.stage))
-    finally:
-        lane.close()
-    assert result.verdict == "pass" and result.timing
-    # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
-    # timing, and let go of all of it at the end
-    assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares
-    assert not gate.sharing and not gate.timing
-    # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
-    assert settled == [("reference", 0), ("probes" if "probes" in stages else "check", 1)]
-    assert stages.index("timing") > stages.index("build")
-
-
-def test_a_lanes_timing_stops_the_workers_of_the_devices_other_lanes(fast):
-    """While a lane times (the reference's baselines, then the candidate), the workers of the lanes sharing
-    its device are stopped: a thread a candidate started at import could run beside the timing and slow it.
-    They are continued before the gate lets any of their requests go."""
+    stage that times. While it times, the workers of the lanes sharing its device are stopped (a thread a
+    candidate started at import could run beside the timing and slow it), and continued before the gate lets
+    any of their requests go."""
     from contextlib import contextmanager
 
     from kerneljudge.batch.backend import Job
@@ -125,12 +95,22 @@ def test_a_lanes_timing_stops_the_workers_of_the_devices_other_lanes(fast):
 
     gate = DeviceGate()
     lane, other = LocalLane("cpu:0", "cpu", gate, {}), LocalLane("cpu:1", "cpu", gate, {})
+    lane.prestart = True  # as on a GPU lane
     lane.neighbours = [other]
+    plain_share, shares = gate.share, []
+    monkeypatch.setattr(gate, "share", lambda: shares.append((stages or ["-"])[-1]) or plain_share())
+    stages: list[str] = []
+    settled: list[tuple[str, int]] = []
+    monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
     seen: list[tuple[str, bool]] = []
+
+    class Running:
+        def poll(self):
+            return None
 
     class Neighbour:
         """The other lane's worker as the lane sees it (a stand-in: its stop and start are recorded)."""
-        role, process, dead = "worker", object(), False
+        role, process, dead = "worker", Running(), False
 
         @contextmanager
         def frozen(self):
@@ -139,12 +119,19 @@ def test_a_lanes_timing_stops_the_workers_of_the_devices_other_lanes(fast):
             seen.append(("continued", gate.timing))
 
     neighbour = other.tracked.add(Neighbour())
-    options = fast.replace(timing={"enabled": True, "budget_ms": 20.0, "compile_baseline": False}, probes=False)
+    options = fast.replace(timing={"enabled": True, "budget_ms": 20.0, "baselines": False}, probes=False)
     job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=options, key="k")
     try:
-        result = lane.judge(job, lambda event: None)
+        result = lane.judge(job, lambda event: stages.append(event.stage))
     finally:
         lane.close()
     assert result.verdict == "pass" and result.timing and neighbour.dead is False
-    # stopped once the lane holds the device alone, for each timed stage, and continued while it still does
-    assert seen == [("stopped", True), ("continued", True)] * 2 and not gate.timing and not gate.sharing
+    # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
+    # timing, and let go of all of it at the end
+    assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares
+    assert not gate.sharing and not gate.timing
+    # before each timing: the reference's (before the candidate's build, which starts the spare) and the candidate's
+    assert settled == [("reference", 0), ("probes" if "probes" in stages else "check", 1)]
+    assert stages.index("timing") > stages.index("build")
+    # the neighbour stopped once the lane holds the device alone, for each timed stage, continued while it still does
+    assert seen == [("stopped", True), ("continued", True)] * 2

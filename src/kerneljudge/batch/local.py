@@ -108,7 +108,8 @@ class _Neighbours:
         self.stopped = ExitStack()
         for lane in self.lanes:
             for process in list(lane.tracked.live):
-                if process.role == "worker" and process.process is not None and not process.dead:
+                if process.role == "worker" and process.process is not None and not process.dead and \
+                        process.process.poll() is None:  # one that ended (its evaluation closed) has nothing to stop
                     self.stopped.enter_context(process.frozen())
 
     def go(self) -> None:
