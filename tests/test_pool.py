@@ -84,10 +84,13 @@ def test_settle_waits_for_the_spares_to_answer_and_drops_a_dead_one(fast):
 def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before_the_timing(fast, monkeypatch):
     """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
     beside the timing inflated the candidate's host time per call (H200). The lane settles them before each
-    stage that times. While it times, the workers of the lanes sharing its device are stopped (a thread a
-    candidate started at import could run beside the timing and slow it), and continued before the gate lets
-    any of their requests go."""
+    stage that times, and does not send them to the device before their own evaluation does (a CUDA start
+    beside another lane's timing). While it times, the workers of the lanes sharing its device are stopped (a
+    thread a candidate started at import could run beside the timing and slow it), and continued before the
+    gate lets any of their requests go; one that ran while stopped is told to its own evaluation."""
     from contextlib import contextmanager
+
+    from kerneljudge.isolation import Frozen
 
     from kerneljudge.batch.backend import Job
     from kerneljudge.batch.gate import DeviceGate
@@ -109,13 +112,17 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
             return None
 
     class Neighbour:
-        """The other lane's worker as the lane sees it (a stand-in: its stop and start are recorded)."""
+        """The other lane's worker as the lane sees it (a stand-in: its stop and start are recorded; its
+        process 4242 keeps running through the first stop, as one continued by another would)."""
         role, process, dead = "worker", Running(), False
+
+        def __init__(self):
+            self.ran_while_stopped: list[int] = []
 
         @contextmanager
         def frozen(self):
             seen.append(("stopped", gate.timing))
-            yield
+            yield Frozen(running=[] if len(seen) > 1 else [4242])
             seen.append(("continued", gate.timing))
 
     neighbour = other.tracked.add(Neighbour())
@@ -123,9 +130,11 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=options, key="k")
     try:
         result = lane.judge(job, lambda event: stages.append(event.stage))
+        spares = [spare.first_device for ready in lane.pool.ready.values() for spare in ready]
     finally:
         lane.close()
-    assert result.verdict == "pass" and result.timing and neighbour.dead is False
+    assert result.verdict == "pass" and result.timing
+    assert spares and spares == [None] * len(spares)  # started, not sent to the device
     # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
     # timing, and let go of all of it at the end
     assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares
@@ -135,3 +144,22 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     assert stages.index("timing") > stages.index("build")
     # the neighbour stopped once the lane holds the device alone, for each timed stage, continued while it still does
     assert seen == [("stopped", True), ("continued", True)] * 2
+    assert neighbour.ran_while_stopped == [4242]  # its pipeline turns it into `tampering` (pipeline._sandbox_checks)
+
+
+def test_a_worker_that_ran_while_another_lane_stopped_it_is_tampering():
+    """What a batch lane saw of a neighbour's worker while it timed (batch/local.py) ends that worker's own
+    evaluation as `tampering`, once the worker has ended (pipeline._sandbox_checks)."""
+    from types import SimpleNamespace
+
+    from kerneljudge import pipeline
+
+    worker = SimpleNamespace(sandbox=None, breaches=[], oom_kills=0, ran_while_stopped=[7, 7, 3])
+    judging = SimpleNamespace(findings=[])
+    pipeline._sandbox_checks(SimpleNamespace(sandbox=None), worker, judging)
+    (finding,) = judging.findings
+    assert finding.code == "tampering" and finding.severity == "fail" and finding.details["pids"] == [3, 7]
+    worker.ran_while_stopped = []
+    judging.findings = []
+    pipeline._sandbox_checks(SimpleNamespace(sandbox=None), worker, judging)
+    assert judging.findings == []

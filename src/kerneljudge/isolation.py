@@ -114,6 +114,8 @@ class WorkerProcess:
         # asked before each request is sent, returns what to call once its reply is taken: where lanes share
         # a device, the lane's hold on its gate (batch/gate.py) for the request's time
         self.admit: Callable[[], Callable[[], None]] | None = None
+        # its processes that kept running, or ran, while another batch lane stopped them for its timing
+        self.ran_while_stopped: list[int] = []
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
 from kerneljudge.batch.gate import HOST_ONLY, TIMED, DeviceGate, Holder
-from kerneljudge.isolation import WORKER, WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.isolation import WORKER, Frozen, WorkerFailure, WorkerPool, WorkerProcess
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.progress import ProgressEvent, ProgressObserver
 from kerneljudge.records import Result
@@ -81,8 +81,10 @@ class _LanePool(WorkerPool):
         return process
 
     def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
+        """Spares are not sent to the device (their CUDA start is a request of their evaluation's, under the
+        gate: sent at once, it could fall in another lane's timing)."""
         if not self.tracked.stopped:
-            super().fill(options, device)
+            super().fill(options)
 
     def close(self) -> None:
         """Spares never ran candidate code: killed, not waited for (one still importing torch would not
@@ -101,21 +103,28 @@ class _Neighbours:
     def __init__(self, lanes: "list[LocalLane]"):
         self.lanes = lanes
         self.stopped: ExitStack | None = None
+        self.seen: list[tuple[WorkerProcess, Frozen]] = []
 
     def stop(self) -> None:
         if self.stopped is not None:
             return
         self.stopped = ExitStack()
         for lane in self.lanes:
-            for process in list(lane.tracked.live):
+            with lane.tracked.lock:  # its thread adds to it
+                processes = list(lane.tracked.live)
+            for process in processes:
                 if process.role == "worker" and process.process is not None and not process.dead and \
                         process.process.poll() is None:  # one that ended (its evaluation closed) has nothing to stop
-                    self.stopped.enter_context(process.frozen())
+                    self.seen.append((process, self.stopped.enter_context(process.frozen())))
 
     def go(self) -> None:
+        """Continue them; one that kept running or ran while stopped is told to its own evaluation (tampering)."""
         if self.stopped is not None:
             stopped, self.stopped = self.stopped, None
             stopped.close()
+            for process, seen in self.seen:
+                process.ran_while_stopped.extend(seen.running or seen.ran)
+            self.seen = []
 
 
 class LocalLane:
@@ -156,19 +165,18 @@ class LocalLane:
                 neighbours.stop()
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
-                # the next candidate's processes, while this one builds: not sent to the device yet (its CUDA
-                # start is a request of the next evaluation's, under the gate; started here, it could fall
-                # in another lane's timing)
-                self.pool.fill(options.worker_options())
+                self.pool.fill(options.worker_options())  # the next candidate's processes, while this one builds
             on_progress(event)
 
         try:
             result = pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
                                        on_progress=observe, baselines=self.baselines)
         finally:
-            neighbours.go()
-            self.pool.admit = None
-            holder.release()
+            try:
+                neighbours.go()
+            finally:
+                self.pool.admit = None
+                holder.release()
         # the lane's waits are this candidate's time on the lane too (the batch's accounts: benchmarks/)
         return dataclasses.replace(result, stage_ms={**result.stage_ms, **{k: round(v, 3) for k, v in waits_ms.items()}})
 

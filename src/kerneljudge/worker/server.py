@@ -312,7 +312,10 @@ class Worker:
                 written.append((name, value))
                 entry, own = held.get(name), session.own_copies.get(name)
                 if own is not None and own is not value:
-                    own.copy_(value)
+                    if fresh:  # a new tensor made here: it becomes the copy (no second one beside it)
+                        own = session.own_copies[name] = value
+                    else:
+                        own.copy_(value)
                 elif own is None and entry is not None and _kind(entry) != _kind(value):
                     own = session.own_copies[name] = value if fresh else value.clone()
                 if entry is None or entry is value or how == "state-dict":
@@ -323,9 +326,8 @@ class Worker:
                     new = torch.nn.Parameter(new, requires_grad=entry.requires_grad) \
                         if isinstance(entry, torch.nn.Parameter) else new
                     _replace_everywhere(session.candidate, entry, new)
-                    for other, held_entry in list(held.items()):  # the old object let go of here too
-                        if held_entry is entry:
-                            held[other] = new
+                    for other in [k for k, v in held.items() if v is entry]:  # the old object let go of here too
+                        held[other] = new
                 else:
                     entry.copy_(value)
                 del entry

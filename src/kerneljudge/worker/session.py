@@ -54,7 +54,8 @@ class Session:
         for name in self.reference_names:
             value = self.own_copies.get(name, held.get(name))
             if value is not None:
-                values[name] = value if value.device == self.device else value.detach().to(self.device)
+                here = value.device.type == self.device.type and self.device.index in (None, value.device.index)
+                values[name] = value if here else value.detach().to(self.device)  # ("cuda" is the current one)
         return values
 
     def call(self, args: list):
