@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import ExitStack
 import threading
 import weakref
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -96,9 +96,9 @@ class _LanePool(WorkerPool):
 
 
 class _Neighbours:
-    """The workers of the device's other lanes, stopped while a lane times (`stop`, until `go`). What each did
-    meanwhile is not judged here: its own evaluation's checks and time limit go on (the time stopped is not
-    its worker's)."""
+    """The workers of the device's other lanes, stopped while a lane times (`stop`, until `go`). One that kept
+    running or ran meanwhile is told to its own evaluation (`WorkerProcess.ran_while_stopped`: `tampering`
+    there); the time stopped is not its worker's."""
 
     def __init__(self, lanes: "list[LocalLane]"):
         self.lanes = lanes

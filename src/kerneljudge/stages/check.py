@@ -60,7 +60,7 @@ def setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: bool =
           started: SetupStarted | None = None) -> dict[str, Any] | None:
     """The referee builds the reference (or has, when `started`), the worker builds ModelNew from the same
     seed and loads its state. Returns the referee's setup reply (trial seeds under KernelBench's protocol;
-    `reference_state`: where the reference's state the worker loaded into ModelNew came from), None if a finding ended it."""
+    `reference_state`: where the state the worker loaded into ModelNew came from), None if a finding ended it."""
     try:
         started = started or start_setup(j, problem, seed, kernelbench=kernelbench)
         ready = started.ready if started.ready is not None else j.take(j.referee.collect(started.pending), STAGE)

@@ -216,7 +216,8 @@ class Worker:
         session = self.session
         held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
-        session.own_copies = {name: value for name, value in state.items() if name in held and _kind(held[name]) != _kind(value)}
+        session.own_copies = {name: value for name, value in state.items()
+                              if name in held and _kind(held[name]) != _kind(value)}
         tied = ties(list(state), list(state.values()))
         session.reference_bytes = memory.tensor_bytes([t for name, t in state.items() if name not in tied])
 
@@ -551,12 +552,3 @@ def _replace_everywhere(module: torch.nn.Module, old: torch.Tensor, new: torch.T
         for attr, held in [*owner._parameters.items(), *owner._buffers.items()]:
             if held is old:
                 setattr(owner, attr, new)
-
-
-def _owner(module: torch.nn.Module, dotted: str) -> tuple[torch.nn.Module, str]:
-    """The submodule holding the parameter `dotted` ("gemm.weight"), and the attribute name."""
-    *path, attr = dotted.split(".")
-    owner = module
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, attr
