@@ -295,10 +295,10 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
     ours = [path for path in worker.breaches if path.startswith(package + os.sep)]
     store = [path for path in worker.breaches if path not in ours]
     if worker.ran_while_stopped:
+        pids = sorted(set(worker.ran_while_stopped))
         judging.findings.append(Finding.of(
-            "tampering", f"the worker's processes {sorted(set(worker.ran_while_stopped))[:10]} ran while they were "
-            "stopped for another candidate's timing on the device (a batch lane's)", stage="worker",
-            pids=sorted(set(worker.ran_while_stopped))[:50]))
+            "tampering", f"the worker's process(es) {', '.join(map(str, pids[:5]))} ran while the worker was stopped "
+            "for another candidate's timing on the device (a batch lane's)", stage="worker", pids=pids[:50]))
     if worker.oom_kills and not any(f.code == "out-of-memory" for f in judging.findings):
         judging.findings.append(Finding.of(
             "memory-limit", f"the kernel killed {worker.oom_kills} process(es) of the worker in its memory cgroup "
