@@ -45,7 +45,9 @@ CANDIDATES = {
     (19, 0): ("return torch.clamp_min(x, 0.0)", "pass"),
     (19, 1): ("return x * 0.5", "fail"),
     (19, 2): ("os._exit(3)", "error"),  # a crash
-    (19, 3): ("while True:\n            pass", "error"),  # a hang: the per-candidate timeout
+    # a hang (the per-candidate timeout) that sleeps: a spinning one took a core from the other test process for
+    # the whole timeout (tests/test_isolation.py's hang spins)
+    (19, 3): ("__import__('time').sleep(3600)", "error"),
     (23, 0): (BAD_FLAG, "error"),  # a compile error, found on the build pool
     (23, 1): ("return torch.softmax(x, dim=1)", "pass"),
     (23, 2): ("return torch.softmax(x, dim=0)", "fail"),

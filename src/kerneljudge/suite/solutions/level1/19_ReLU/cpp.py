@@ -2,14 +2,19 @@
 
 CPU only: a CUDA (or other non-CPU) tensor raises a clear RuntimeError. float32/float64 run
 the C++ kernel directly; other floating dtypes go through float32 (ReLU is exact in any dtype).
+It includes only the headers it uses, not torch/extension.h (all of libtorch's C++ API): a cold build
+takes ~17 s of one core instead of ~36 s.
 """
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 _CPP_SOURCE = r"""
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty_like.h>
 
 template <typename scalar_t>
 static void relu_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t n) {
@@ -22,23 +27,25 @@ static void relu_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ 
     });
 }
 
-torch::Tensor relu_forward(torch::Tensor x) {
+at::Tensor relu_forward(const at::Tensor& x) {
     TORCH_CHECK(x.device().is_cpu(), "kj_relu_cpp: only CPU tensors are supported");
     TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
                 "kj_relu_cpp: expected float32 or float64");
     auto xc = x.contiguous();
-    auto out = torch::empty_like(xc);
+    auto out = at::empty_like(xc);
     AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "kj_relu_cpp", [&] {
         relu_kernel<scalar_t>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), xc.numel());
     });
     return out;
 }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("relu_forward", &relu_forward); }
 """
 
 _ext = load_inline(
     name="kj_relu_cpp",
     cpp_sources=[_CPP_SOURCE],
-    functions=["relu_forward"],
+    no_implicit_headers=True,
     extra_cflags=["-O3"],
     verbose=False,
 )
