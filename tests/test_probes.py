@@ -116,7 +116,7 @@ def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fa
     result = api.evaluate(PROBES / "overflow_problem.py", PROBES / "overflow.py", fast)
     assert result.verdict == "pass" and not failing(result), explain(result)
     skipped = [f.message for f in result.findings if f.code == "probe-skipped" and "range" in f.message]
-    assert skipped and "float64 reference overflows" in skipped[0]
+    assert skipped and "reference overflows" in skipped[0]
 
 
 # --- item 3: kernels counted where they run (rows 13, 31) ----------------------------------------------
@@ -184,11 +184,10 @@ def test_range_plan_is_bounded_by_its_budget():
             return torch.nn.functional.gelu(x + self.bias)
 
     ticks = iter(range(1000))
-    model, args = Gelu().double(), [torch.rand(8, 4) * 0.1]
+    model, args = Gelu(), [torch.rand(8, 4) * 0.1]
     saved = {name: entry.clone() for name, entry in model.state_dict().items()}
-    restore = lambda name: model.state_dict()[name].copy_(saved[name])  # noqa: E731
-    bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), restore, budget_ms=2500)
-    full = ranges.plan(model, args, 1, lambda: 0.0, restore)
+    bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
+    full = ranges.plan(model, args, 1, lambda: 0.0)
     assert len(bounded["probes"]) < len(full["probes"]) == ranges.MAX_PROBES
     assert full["sites"]["gelu#0"]["probed"] > full["sites"]["gelu#0"]["default"]
     assert all(torch.equal(entry, saved[name]) for name, entry in model.state_dict().items())  # put back

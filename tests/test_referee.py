@@ -653,3 +653,75 @@ def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     assert measure._unskewed(judging, _measured([0.1, 0.003, 0.003, 0.003]), 4).stats.median_ms == pytest.approx(0.02725)
     assert measure._unskewed(judging, _measured([0.045, 0.001, 0.001, 0.001]), 4).stats.median_ms == pytest.approx(0.012)
     assert len(judging.findings) == 3
+
+
+MIXED_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+        self.tied = self.linear.weight  # the same parameter under a second name
+        self.register_buffer("half_scale", torch.full((8,), 0.75, dtype=torch.float16))
+        self.register_buffer("steps", torch.tensor(3))
+
+    def forward(self, x):
+        y, _ = self.lstm(torch.tanh(self.linear(x)).unsqueeze(1))
+        return y.squeeze(1) * self.half_scale.to(y.dtype) + self.steps
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_path):
+    """referee/precision.py: a model converted to float64 in place and back (as one of 256 MiB or more is) gives
+    the same native and float64 outputs, bit for bit, as the model beside its float64 copy, through the probes'
+    changes and a range move; in float64 it holds no native floating entry, and back at its own precision
+    every entry has its own dtype again (the float16 buffer, the integer one, the tied weight, the LSTM's)."""
+    from kerneljudge.proc.perturb import Transform
+    from kerneljudge.referee.session import RefereeSession
+    from kerneljudge.worker.build import import_problem
+
+    path = tmp_path / "mixed.py"
+    path.write_text(MIXED_PROBLEM)
+    module = import_problem(str(path), MIXED_PROBLEM, {})
+    kept, converted = (RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False) for _ in range(2))
+    converted.reference.one_at_a_time = True
+    dtypes = {name: t.dtype for name, t in kept.native().state_dict().items()}
+
+    def same(seed: int) -> None:
+        for session in (kept, converted):
+            session.draw(seed)
+        a, b = kept.kept.pop(seed), converted.kept.pop(seed)
+        assert torch.equal(a.expected, b.expected) and torch.equal(a.expected64, b.expected64)
+        assert b.expected64 is not None and b.expected64.dtype == torch.float32  # kept at the output's dtype
+
+    same(1)
+    model = converted.reference.model
+    assert converted.reference.converted and model is converted.float64()
+    assert all(t.dtype == torch.float64 for t in model.state_dict().values() if t.is_floating_point())
+    assert model.tied is model.linear.weight and model.steps.dtype == torch.int64
+    for session in (kept, converted):
+        session.perturb(11, None, replace=False)
+    same(2)
+    for session in (kept, converted):
+        session.perturb(12, ["linear.bias"], replace=True)
+        session.set_range(Transform("lstm.weight_hh_l0", scale=10.0))
+    same(3)
+    for session in (kept, converted):
+        session.set_range(None)
+    same(4)
+    assert {name: t.dtype for name, t in converted.native().state_dict().items()} == dtypes
+    assert not converted.reference.converted and converted.native().tied is converted.native().linear.weight
+    assert all(torch.equal(a, b) for a, b in zip(kept.native().state_dict().values(),
+                                                 converted.native().state_dict().values()))

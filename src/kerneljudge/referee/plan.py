@@ -124,9 +124,9 @@ class Float64Plan:
 
     def sample(self, inputs: list) -> list:
         """`inputs`, or where the float64 reference runs in chunks (its rows verified separable) their first
-        rows, a quarter of a chunk's worth: for a float64 pass that only looks at values (the range
-        probes' plan), which holds about four copies of its inputs at once (the upcast, the call's own
-        copy, a transform's two temporaries) and would otherwise take twice the budget the chunks keep to."""
+        rows, a quarter of a chunk's worth: for a pass that only looks at values (the range probes' plan),
+        which holds about four copies of its inputs at once (the call's own copy, a transform's two
+        temporaries, its outputs) and would otherwise take more than the budget the chunks keep to."""
         if self.chunks == 1 or not self.split:
             return inputs
         count = max(1, math.ceil(_batch(inputs) / (SAMPLE_SHARE * self.chunks)))

@@ -120,8 +120,7 @@ class Referee:
                                           what="Model(*get_init_inputs())").finding.to_json()]}, []
         names, tensors = self.session.state()
         data = {"names": names, "digest": None if request.kernelbench else digest(dict(zip(names, tensors)), names),
-                "float64": self.session.reference64 is not None,
-                "parameters": [n for n, _ in self.session.reference.named_parameters()]}
+                "parameters": [n for n, _ in self.session.native().named_parameters()]}
         if request.kernelbench:
             torch.manual_seed(KERNELBENCH_SEED)
             data["trial_seeds"] = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(64)]
@@ -215,7 +214,7 @@ class Referee:
 
     def _changed(self, names: list[str]) -> Reply:
         """The entries a probe changed, and their fingerprint (proc/perturb.fingerprint)."""
-        return {"names": names, "fingerprint": fingerprint(self.session.reference.state_dict(), names)}, []
+        return {"names": names, "fingerprint": fingerprint(self.session.native().state_dict(), names)}, []
 
     def state_of(self, request: protocol.StateOf, blobs: list) -> Reply:
         names, tensors = self.session.state(request.names)
@@ -223,19 +222,19 @@ class Referee:
         return {"names": names, "state": meta}, state_blobs
 
     def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
-        return {"names": [n for n, t in self.session.reference.state_dict().items() if t.is_floating_point()]}, []
+        return {"names": [n for n, t in self.session.native().state_dict().items() if t.is_floating_point()]}, []
 
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
         session = self.session
         inputs = session.plan.sample(session.draw(request.seed, expect=False))
         # no range probes where the float64 reference does not run (the plan gave up on it, e.g. a forward
-        # that builds float32 tensors itself), nor where it fails on the probe's own draws
-        model64 = session.reference64 if session.plan.usable else None
+        # that builds float32 tensors itself): their outputs are compared with it
+        if not session.plan.usable:
+            return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}, []
         try:
-            return ranges.plan(model64, inputs, request.seed, lambda: _clock_ns() / 1e6,
-                               lambda name: session.refresh64([name])), []
+            return ranges.plan(session.native(), inputs, request.seed, lambda: _clock_ns() / 1e6), []
         except RuntimeError as exc:
-            why = f"the reference cannot run in float64: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            why = f"the reference fails on the probes' draws: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return {"probes": [], "skipped": [why], "sites": {}}, []
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
@@ -245,17 +244,18 @@ class Referee:
     def profile_reference(self, request: protocol.ProfileReference, blobs: list) -> Reply:
         session = self.session
         inputs = session.draw(request.seed, expect=False)
-        times, _ = profile_calls(session.reference, inputs, self.device, calls=REFERENCE_PROFILE_CALLS)
+        reference = session.native()
+        times, _ = profile_calls(reference, inputs, self.device, calls=REFERENCE_PROFILE_CALLS)
         total = sum(t for t, _ in times.values()) or 1.0
         heavy = sorted(op for op, (t, _) in times.items()
                        if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
         args = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]
-        out = session.run(session.reference, args)
-        return {"heavy_ops": heavy, "aliases": output_aliases(out, args, session.reference)}, []
+        out = session.run(reference, args)
+        return {"heavy_ops": heavy, "aliases": output_aliases(out, args, reference)}, []
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
-        model = session.reference
+        model = session.native()
         if session.seeding.seed is not None and not session.seeding.seen:  # timed before any check: whether
             # forward draws random numbers (then each timed call is seeded, as the candidate's are) is learned now
             try:
@@ -264,7 +264,7 @@ class Referee:
                 return {"unavailable": f"the reference failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
         if request.model == "compile":
             try:
-                model = torch.compile(session.reference)
+                model = torch.compile(session.native())
             except Exception as exc:  # noqa: BLE001 - torch.compile fails on some problems and machines
                 return {"unavailable": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}, []
         reuse = self.timed is not None and self.timed_eager and request.model != "compile" and \
@@ -284,6 +284,8 @@ class Referee:
 
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
+        if self.session is not None:  # a draw between two batches may have left the reference in float64
+            self.session.native()
         return {"samples_ms": self.timed.batch(request.first, request.count, refills)}, []
 
     def estimate(self, request: protocol.Estimate, blobs: list) -> Reply:

@@ -7,21 +7,23 @@ candidate is the data the judge relays (output bytes and the facts the worker re
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
-from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
 from kerneljudge.proc.perturb import Transform, entries, move, perturb
+from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
+from kerneljudge.referee.precision import Precisions
 
 KERNELBENCH_SEED = 42
-# The float64 run's freed blocks go back to the device (for the worker, which shares it) only where the device's
-# free memory is under this many times what the problem and that run take: emptying the cache after every draw
-# made each later run allocate afresh (level2/51 on an H200, with 140 GB free for a 0.4 GB problem).
+# The float64 run's freed blocks, and the parameters' blocks freed by a change of precision, go back to the device
+# (for the worker, which shares it) only where the device's free memory is under this many times what the problem
+# and that run take: emptying the cache after every draw made each later run allocate afresh (level2/51 on an
+# H200, with 140 GB free for a 0.4 GB problem).
 RELEASE_BELOW_FACTOR = 4
 
 
@@ -39,8 +41,7 @@ class Expectation:
 class RefereeSession:
     problem: Any  # the imported problem module
     device: torch.device
-    reference: torch.nn.Module
-    reference64: torch.nn.Module | None
+    reference: Precisions  # `native()` and `float64()` give it at either precision
     kernelbench: bool
     seeding: CallSeeding
     plan: Float64Plan
@@ -52,21 +53,40 @@ class RefereeSession:
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
               kernelbench: bool, call_seed: int | None = None,
               float64_budget_bytes: int | None = None) -> "RefereeSession":
-        """The reference from `init_seed` (parameters created on the device), and its float64 copy.
-        `call_seed`: the generators are seeded with it before every reference call (see proc/rng)."""
+        """The reference from `init_seed` (parameters created on the device), at both precisions
+        (referee/precision.py). `call_seed`: the generators are seeded with it before every reference call
+        (see proc/rng)."""
         reference, _ = build_seeded(problem.Model, problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
-        plan = Float64Plan(device, float64_budget_bytes)
-        try:
-            reference64 = copy.deepcopy(reference).to(torch.float64)
-        except Exception as exc:  # noqa: BLE001 - the reference may not support float64; the trials say so
-            reference64 = None
-            plan.give_up(f"the float64 copy of the model failed: {type(exc).__name__}")
-        return cls(problem, device, reference, reference64, kernelbench, CallSeeding(call_seed, device), plan)
+        return cls(problem, device, Precisions(reference, memory.model_bytes(reference)), kernelbench,
+                   CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes))
+
+    def native(self) -> torch.nn.Module:
+        """The reference at its own precision: for its outputs, its timing, and every change of its entries."""
+        if self.reference.converted:
+            self.reference.native()
+            self._release()
+        return self.reference.model
+
+    def float64(self) -> torch.nn.Module | None:
+        """The reference in float64, or None where it cannot be (the plan gives up, saying why)."""
+        converted = self.reference.converted
+        model64 = self.reference.float64()
+        if model64 is None:
+            self.plan.give_up(f"the float64 copy of the model failed: {self.reference.failed}")
+        elif self.reference.converted and not converted:
+            self._release()
+        return model64
+
+    def _release(self) -> None:
+        """After a conversion, the freed blocks back to the device where its free memory is short."""
+        if self.device.type == "cuda" and self.footprint and torch.cuda.mem_get_info(self.device)[0] < \
+                RELEASE_BELOW_FACTOR * (self.footprint["total_bytes"] + self.plan.need):
+            torch.cuda.empty_cache()
 
     def state(self, names: list[str] | None = None) -> tuple[list[str], list[torch.Tensor]]:
         """The reference's state-dict entries (all, or `names`), for the worker to load."""
-        state = self.reference.state_dict()
+        state = self.native().state_dict()
         chosen = list(state) if names is None else [n for n in names if n in state]
         return chosen, [state[n] for n in chosen]
 
@@ -86,7 +106,7 @@ class RefereeSession:
             inputs = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in self.problem.get_inputs()]
             seed_generators(seed, self.device)
             with torch.no_grad():
-                expected = self.reference(*inputs)
+                expected = self.native()(*inputs)
             synchronize(self.device)
             self.kept[seed] = Expectation(clone_args(inputs), expected, None)
             return inputs
@@ -105,43 +125,30 @@ class RefereeSession:
         args = clone_args(inputs)  # the reference may change its inputs; the kept ones are the candidate's
         if first:
             start = measure_start(self.device)
-        expected = self.run(self.reference, args)
+        expected = self.run(self.native(), args)
         del args
         if first:
-            self.footprint = footprint(self.device, start, self.reference, inputs, expected)
+            self.footprint = footprint(self.device, start, self.native(), inputs, expected)
             self.plan.size(self.footprint, self.device)
         if self.seeding.stochastic:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
-        if float64 and self.reference64 is not None and self.plan.usable:
-            expected64 = self.plan.run(lambda args: self.run(self.reference64, args),
-                                       lambda args: self.run(self.reference, args), inputs, expected)
-            if self.device.type == "cuda" and self.plan.need > CHUNK_FLOOR_BYTES and \
-                    torch.cuda.mem_get_info(self.device)[0] < RELEASE_BELOW_FACTOR * (
-                        self.footprint["total_bytes"] + self.plan.need):
-                torch.cuda.empty_cache()
+        if float64 and self.plan.usable and self.float64() is not None:
+            expected64 = self.plan.run(lambda args: self.run(self.float64(), args),
+                                       lambda args: self.run(self.native(), args), inputs, expected)
+            if self.plan.need > CHUNK_FLOOR_BYTES:
+                self._release()
         return Expectation(inputs, expected, expected64)
 
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
         entry): the names of the entries that changed (the worker makes the same move: proc/perturb.py)."""
-        names = move(self.reference.state_dict(keep_vars=True), self.range_originals, transform)
-        self.refresh64(names)
+        names = move(self.native().state_dict(keep_vars=True), self.range_originals, transform)
+        self.reference.changed(names)
         return names
 
     def perturb(self, seed: int, names: list[str] | None, replace: bool) -> list[str]:
         """The probes' change of the reference's entries (proc/perturb.py; the worker makes the same)."""
-        changed = perturb(*entries(self.reference), seed, names, replace=replace, device=self.device)
-        self.refresh64(changed)
+        changed = perturb(*entries(self.native()), seed, names, replace=replace, device=self.device)
+        self.reference.changed(changed)
         return changed
-
-    def refresh64(self, names: list[str]) -> None:
-        """The float64 copy takes the changed state entries `names` (upcast in place: a new float64 copy of
-        the whole model per change took seconds per probe for a 1.6 GB model on a CPU)."""
-        if self.reference64 is None:
-            return
-        state, state64 = self.reference.state_dict(), self.reference64.state_dict(keep_vars=True)
-        with torch.no_grad():
-            for name in names:
-                state64[name].copy_(state[name])
-
