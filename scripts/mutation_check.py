@@ -134,6 +134,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "dtypes[id(out)] = dtype  # a buffer", "dtypes[id(out)] = torch.float32  # a buffer",
              (_k(REFEREE, "one_precision"),),
              "a model converted to float64 comes back in float32 whatever its entries' own dtypes"),
+    Mutation("referee-attributes-shared", "referee/precision.py",
+             "            module.__dict__[name] = value", "            pass", (_k(REFEREE, "one_precision"),),
+             "a tensor the forward keeps as a plain attribute shared by the native and the float64 runs"),
     # --- referee/server.py and session.py -------------------------------------------------------------
     Mutation("referee-input-mutation-unchecked", "referee/server.py",
              "            return not same_bits(kept, after)", "            return False",

@@ -3,9 +3,9 @@ per node, the judge on the CPU, timing off. The batch scheduler gives the same v
 on it as on the local backend; a candidate that kills its judge, a judge killed from outside and a node
 killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure.
 
-The module runs about 20 real evaluations (a worker and a referee each, the slow ones sleeping 4 s at
-import) and starts a 3-node cluster once: 83 s on the 2-core development machine, 163 s while other
-test runs loaded it (load average ~20); each test's candidates are the fewest that show its fault."""
+The module runs about 16 real evaluations (a worker and a referee each, the slow ones sleeping 4 s at
+import) and starts a 3-node cluster once: 113 s alone on the 2-core development machine, 134 s beside the
+suite's other test process; each test's candidates are the fewest that show its fault."""
 
 from __future__ import annotations
 

@@ -668,10 +668,13 @@ class Model(nn.Module):
         self.tied = self.linear.weight  # the same parameter under a second name
         self.register_buffer("half_scale", torch.full((8,), 0.75, dtype=torch.float16))
         self.register_buffer("steps", torch.tensor(3))
+        self.carried = torch.zeros(8)  # a plain attribute the forward reassigns (as level3/33's hidden state)
 
     def forward(self, x):
         y, _ = self.lstm(torch.tanh(self.linear(x)).unsqueeze(1))
-        return y.squeeze(1) * self.half_scale.to(y.dtype) + self.steps
+        out = y.squeeze(1) * self.half_scale.to(y.dtype) + self.steps + self.carried
+        self.carried = out.mean(0)
+        return out
 
 
 def get_inputs():
@@ -687,7 +690,8 @@ def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_pa
     """referee/precision.py: a model converted to float64 in place and back (as one of 256 MiB or more is) gives
     the same native and float64 outputs, bit for bit, as the model beside its float64 copy, through the probes'
     changes and a range move; in float64 it holds no native floating entry, and back at its own precision
-    every entry has its own dtype again (the float16 buffer, the integer one, the tied weight, the LSTM's)."""
+    every entry has its own dtype again (the float16 buffer, the integer one, the tied weight, the LSTM's), and a
+    tensor the forward keeps as a plain attribute is the native run's (the float64 run's carried apart)."""
     from kerneljudge.proc.perturb import Transform
     from kerneljudge.referee.session import RefereeSession
     from kerneljudge.worker.build import import_problem
@@ -722,6 +726,7 @@ def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_pa
         session.set_range(None)
     same(4)
     assert {name: t.dtype for name, t in converted.native().state_dict().items()} == dtypes
+    assert torch.equal(converted.native().carried, kept.native().carried)
     assert not converted.reference.converted and converted.native().tied is converted.native().linear.weight
     assert all(torch.equal(a, b) for a, b in zip(kept.native().state_dict().values(),
                                                  converted.native().state_dict().values()))

@@ -31,6 +31,9 @@ class Precisions:
         self.copy64: torch.nn.Module | None = None  # the float64 copy, where one is kept
         self.native_dtypes: dict[int, torch.dtype] | None = None  # by tensor id while converted to float64
         self.failed: str | None = None  # why the model cannot be had in float64 (its conversion raised)
+        # tensors the modules hold as plain attributes, at each precision: state a forward may reassign (level3/33's
+        # hidden state), kept apart as the float64 copy keeps its own
+        self.attributes: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] = {"native": [], "float64": []}
 
     @property
     def converted(self) -> bool:
@@ -43,6 +46,7 @@ class Precisions:
             dtypes, self.native_dtypes = self.native_dtypes, None
             with torch.no_grad():
                 self.model._apply(lambda t: t.to(dtypes[id(t)]) if id(t) in dtypes else t)
+            self._swap_attributes("float64", "native")
         return self.model
 
     def float64(self) -> torch.nn.Module | None:
@@ -73,7 +77,15 @@ class Precisions:
             for name in names:
                 state64[name].copy_(state[name])
 
+    def _swap_attributes(self, leaving: str, entering: str) -> None:
+        self.attributes[leaving] = [(m, k, v) for m in self.model.modules() for k, v in vars(m).items()
+                                    if isinstance(v, torch.Tensor)]
+        for module, name, value in self.attributes[entering]:
+            module.__dict__[name] = value
+        self.attributes[entering] = []
+
     def _convert(self) -> None:
+        self._swap_attributes("native", "float64")
         dtypes: dict[int, torch.dtype] = {}
         self.native_dtypes = dtypes
 
