@@ -667,13 +667,19 @@ class Model(nn.Module):
         self.lstm = nn.LSTM(8, 8, batch_first=True)
         self.tied = self.linear.weight  # the same parameter under a second name
         self.register_buffer("half_scale", torch.full((8,), 0.75, dtype=torch.float16))
+        self.half_gain = nn.Parameter(torch.full((8,), 1.25, dtype=torch.float16))
         self.register_buffer("steps", torch.tensor(3))
         self.carried = torch.zeros(8)  # a plain attribute the forward reassigns (as level3/33's hidden state)
+        self.register_buffer("calls", torch.zeros(()))  # a buffer the forward changes in place
+        self.register_buffer("last", torch.zeros((), dtype=torch.int64))  # and one it reassigns (an integer: the
+        # probes' changes would scale a float one, made an inference tensor by the reference's call, in place)
 
     def forward(self, x):
         y, _ = self.lstm(torch.tanh(self.linear(x)).unsqueeze(1))
-        out = y.squeeze(1) * self.half_scale.to(y.dtype) + self.steps + self.carried
+        out = y.squeeze(1) * self.half_scale.to(y.dtype) * self.half_gain.to(y.dtype) + self.steps + self.carried
         self.carried = out.mean(0)
+        self.calls.add_(1)
+        self.last = (out.detach().sum() * 1000).long()
         return out
 
 
@@ -686,21 +692,26 @@ def get_init_inputs():
 '''
 
 
-def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_path):
+def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_path, monkeypatch):
     """referee/precision.py: a model converted to float64 in place and back (as one of 256 MiB or more is) gives
     the same native and float64 outputs, bit for bit, as the model beside its float64 copy, through the probes'
     changes and a range move; in float64 it holds no native floating entry, and back at its own precision
-    every entry has its own dtype again (the float16 buffer, the integer one, the tied weight, the LSTM's), and a
-    tensor the forward keeps as a plain attribute is the native run's (the float64 run's carried apart)."""
+    every entry has its own dtype again (a float16 parameter and buffer, the integer one, the tied weight, the
+    LSTM's), and the tensors the forward reassigns or changes (a plain attribute, two buffers) are the native
+    runs' alone."""
     from kerneljudge.proc.perturb import Transform
+    from kerneljudge.referee import precision
     from kerneljudge.referee.session import RefereeSession
     from kerneljudge.worker.build import import_problem
 
     path = tmp_path / "mixed.py"
     path.write_text(MIXED_PROBLEM)
     module = import_problem(str(path), MIXED_PROBLEM, {})
-    kept, converted = (RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False) for _ in range(2))
-    converted.reference.one_at_a_time = True
+    kept = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)  # this small model held as a large one is
+    converted = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    assert converted.reference.one_at_a_time and converted.reference.copy64 is None
+    assert not kept.reference.one_at_a_time and kept.reference.copy64 is not None
     dtypes = {name: t.dtype for name, t in kept.native().state_dict().items()}
 
     def same(seed: int) -> None:
@@ -726,7 +737,9 @@ def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_pa
         session.set_range(None)
     same(4)
     assert {name: t.dtype for name, t in converted.native().state_dict().items()} == dtypes
-    assert torch.equal(converted.native().carried, kept.native().carried)
+    for name in ("carried", "calls", "last"):  # what the float64 runs did to them never reaches the native model
+        ours, theirs = getattr(converted.native(), name), getattr(kept.native(), name)
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs), name
     assert not converted.reference.converted and converted.native().tied is converted.native().linear.weight
     assert all(torch.equal(a, b) for a, b in zip(kept.native().state_dict().values(),
                                                  converted.native().state_dict().values()))

@@ -141,8 +141,8 @@ class Estimate(Request):
 @dataclass(frozen=True)
 class Setup(Request):
     """Import the problem (never the candidate), build the reference from `init_seed` (KernelBench's seed
-    42 under its protocol) and its float64 copy. Reply: its state's entry names, their digest, which are
-    parameters, float64 (the state itself only on request: StateOf)."""
+    42 under its protocol), at both precisions (referee/precision.py). Reply: its state's entry names, their
+    digest, which are parameters (the state itself only on request: StateOf)."""
     op: ClassVar[str] = "setup"
     problem: dict[str, Any]
     init_seed: int

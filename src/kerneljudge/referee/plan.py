@@ -78,14 +78,15 @@ class Float64Plan:
             return {"float64": "chunked", "chunks": self.chunks, "along": "dim 0 (verified on a secret sample of rows)"}
         return {"float64": "full"}
 
-    def size(self, footprint: dict[str, int], device: torch.device) -> None:
+    def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
         least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits BUDGET_SHARE of the free
-        memory."""
+        memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
+        parameters, where it is converted in place: referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
-        free_share = int(memory.device_free_bytes(device) * BUDGET_SHARE)
+        free_share = int(max(0, memory.device_free_bytes(device) - reserved_bytes) * BUDGET_SHARE)
         if self.budget_bytes is not None:
             budget = self.whole_limit = self.budget_bytes
         else:

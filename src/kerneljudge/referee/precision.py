@@ -7,12 +7,18 @@ parameters (float32 + float64) beside the worker's one: for a parameter-heavy pr
 problem's footprint between requests (level2/56 at full size on the H200: 4.99x at its peak). Converted in
 place, entry after entry (`Module._apply`, as `Module.to` does, so modules that re-lay their weights, such
 as RNNs, do so), the referee holds the float64 parameters, or the native ones and one entry's float64 copy.
+Buffers (small: a norm's statistics) and tensors held as plain attributes are not converted back: the native
+ones are put aside while in float64 (its buffers made afresh from them at each conversion; its attributes kept from
+one float64 run to the next, copies of the model's as built at first, as the float64 copy kept its own), so what a
+forward does to them at float64 (a buffer it reassigns or changes in place, level3/33's hidden state) never
+reaches the native model.
 Each draw converts twice then (milliseconds on a GPU; 20-30 ms per 64 MB on a CPU, a quarter more time
 for such a problem's evaluation), so small models keep the copy: it costs under 2 x ONE_PRECISION_FROM_BYTES.
 
-Exact both ways: the float64 values are upcast native ones, and every change of the parameters (the probes'
-and the range moves, in the referee as in the worker) is made at native precision, then upcast into a kept
-copy (`changed`), so the downcast gives back the very native values.
+Exact both ways: the float64 parameters are upcast native ones, and every change of them (the probes' and the
+range moves, in the referee as in the worker) is made at native precision, then upcast into a kept copy
+(`changed`), so the downcast gives back the very native values; only a forward that changes its own parameters
+in place at float64 (a clamp) carries that change back, rounded.
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ class Precisions:
         self.model = model
         self.one_at_a_time = model_bytes >= ONE_PRECISION_FROM_BYTES
         self.copy64: torch.nn.Module | None = None  # the float64 copy, where one is kept
-        self.native_dtypes: dict[int, torch.dtype] | None = None  # by tensor id while converted to float64
+        # while converted to float64: each parameter's own dtype, by (module, name), and the native buffers and
+        # plain tensor attributes put aside, as (module, name, tensor); None: at its own precision
+        self.native_dtypes: dict[tuple[torch.nn.Module, str], torch.dtype] | None = None
+        self.put_aside: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] = {"buffers": [], "attributes": []}
+        # the float64 runs' own plain tensor attributes: copies of the model's as built, as a float64 copy made then has
+        self.float64_attributes = [(m, name, t.clone()) for m, name, t in _tensor_attributes(model)] \
+            if self.one_at_a_time else []
         self.failed: str | None = None  # why the model cannot be had in float64 (its conversion raised)
-        # tensors the modules hold as plain attributes, at each precision: state a forward may reassign (level3/33's
-        # hidden state), kept apart as the float64 copy keeps its own
-        self.attributes: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] = {"native": [], "float64": []}
 
     @property
     def converted(self) -> bool:
@@ -41,12 +50,19 @@ class Precisions:
         return self.native_dtypes is not None
 
     def native(self) -> torch.nn.Module:
-        """The model at its own precision (converted back if it is in float64)."""
+        """The model at its own precision (converted back if it is in float64); its state is unchanged until
+        the conversion back has succeeded, so a failed one is tried again by the next call."""
         if self.native_dtypes is not None:
-            dtypes, self.native_dtypes = self.native_dtypes, None
+            dtypes = {id(module._parameters[name]): dtype for (module, name), dtype in self.native_dtypes.items()
+                      if module._parameters.get(name) is not None}
             with torch.no_grad():
                 self.model._apply(lambda t: t.to(dtypes[id(t)]) if id(t) in dtypes else t)
-            self._swap_attributes("float64", "native")
+            self.float64_attributes = _tensor_attributes(self.model)
+            for module, name, value in self.put_aside["buffers"]:
+                module._buffers[name] = value
+            for module, name, value in self.put_aside["attributes"]:
+                module.__dict__[name] = value
+            self.native_dtypes, self.put_aside = None, {"buffers": [], "attributes": []}
         return self.model
 
     def float64(self) -> torch.nn.Module | None:
@@ -77,25 +93,19 @@ class Precisions:
             for name in names:
                 state64[name].copy_(state[name])
 
-    def _swap_attributes(self, leaving: str, entering: str) -> None:
-        self.attributes[leaving] = [(m, k, v) for m in self.model.modules() for k, v in vars(m).items()
-                                    if isinstance(v, torch.Tensor)]
-        for module, name, value in self.attributes[entering]:
-            module.__dict__[name] = value
-        self.attributes[entering] = []
-
     def _convert(self) -> None:
-        self._swap_attributes("native", "float64")
-        dtypes: dict[int, torch.dtype] = {}
-        self.native_dtypes = dtypes
-
-        def up(t: torch.Tensor) -> torch.Tensor:
-            if not t.is_floating_point():
-                return t
-            dtype = dtypes.setdefault(id(t), t.dtype)  # a tied entry, met again, is already float64
-            out = t.to(torch.float64)
-            dtypes[id(out)] = dtype  # a buffer is replaced by `out`; a parameter keeps its object
-            return out
-
+        modules = list(self.model.modules())
+        self.native_dtypes = {(m, name): p.dtype for m in modules for name, p in m._parameters.items()
+                              if p is not None and p.is_floating_point()}
+        self.put_aside = {"buffers": [(m, name, b) for m in modules for name, b in m._buffers.items() if b is not None],
+                          "attributes": _tensor_attributes(self.model)}
+        for module, name, value in self.float64_attributes:
+            module.__dict__[name] = value
         with torch.no_grad():
-            self.model._apply(up)
+            self.model._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+
+
+def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    """The tensors a model's modules hold as plain attributes (not parameters or buffers)."""
+    return [(m, name, value) for m in model.modules() for name, value in vars(m).items()
+            if isinstance(value, torch.Tensor)]

@@ -58,8 +58,11 @@ class RefereeSession:
         (see proc/rng)."""
         reference, _ = build_seeded(problem.Model, problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
-        return cls(problem, device, Precisions(reference, memory.model_bytes(reference)), kernelbench,
-                   CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes))
+        session = cls(problem, device, Precisions(reference, memory.model_bytes(reference)), kernelbench,
+                      CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes))
+        if not session.reference.one_at_a_time:
+            session.float64()  # the copy made now, before any call changes the model's state (and sized with it)
+        return session
 
     def native(self) -> torch.nn.Module:
         """The reference at its own precision: for its outputs, its timing, and every change of its entries."""
@@ -129,7 +132,8 @@ class RefereeSession:
         del args
         if first:
             self.footprint = footprint(self.device, start, self.native(), inputs, expected)
-            self.plan.size(self.footprint, self.device)
+            self.plan.size(self.footprint, self.device,
+                           self.footprint["parameters_bytes"] if self.reference.one_at_a_time else 0)
         if self.seeding.stochastic:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
