@@ -6,10 +6,10 @@ curved range, and the tolerance those probes are held to.
 Which inputs or parameters to move, and how, is found here generically, not per problem: the reference
 (at its own precision: the candidate's, and a move that overflows it is no use) runs under a dispatch mode
 that records the argument of every nonlinear op, on the default draw and on each candidate transform (one
-input or one parameter scaled x0.1, x10, x100, sign-flipped, or shifted by +-1, +-3); the transforms that add most of the curved ranges not yet covered are chosen
-greedily. The tolerance of a range probe is relative to the output's magnitude (README: "Range probes
-and their tolerance"); where the reference itself overflows or is ill-conditioned the probe is skipped
-and says why.
+input or one parameter scaled x0.1, x10, x100, sign-flipped, or shifted by +-1, +-3); the transforms that
+add most of the curved ranges not yet covered are chosen greedily. The tolerance of a range probe is
+relative to the output's magnitude (README: "Range probes and their tolerance"); where the reference itself
+overflows or is ill-conditioned the probe is skipped and says why.
 """
 
 from __future__ import annotations
