@@ -212,7 +212,16 @@ def write_doc() -> None:
                          "precision at a time (converted in place; the range plan at its own precision; `--redo`): all "
                          "of level2 (the Gemm/Matmul rows 3.2-5.2x to 3.2-4.6x, level2/55-59 3.95-3.98x), level1/2 and "
                          "level3/1, 2, 32-37 (level3/33, a plain attribute reassigned in forward, failed with the "
-                         "first version of the change; fixed and passing at 3.75x).", ""],
+                         "first version of the change; fixed and passing at 3.75x). Eighteenth session, on an H100 "
+                         "(80 GB; the ratios do not depend on the card's size), with large inputs given to the "
+                         "reference uncopied and let go once its outputs are made (unless a comparison of them is "
+                         "asked for), range moves in place, the first call's poisoned blocks the output's sizes and "
+                         "the large one the last call's own scratch, large parameters converted through host memory, "
+                         "and a range move's original kept in host memory (`--redo`, 18 rows): level2/55 and 59 "
+                         "3.01-3.02x (3.97x), level2/22 3.1x (4.64x), level2/66 and 68 3.15x (4.0x), level1/95 3.0x "
+                         "(4.5x); the matrix products of level1 3.2-4.3x (4.7-7.6x; their float64 reference runs "
+                         "whole, their rows not separable along dimension 0), level1/66 and 72 (3-D convolutions: "
+                         "cuDNN's workspaces) 4.1x and 4.7x.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "

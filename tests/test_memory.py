@@ -40,6 +40,9 @@ PROBES_GROWTH = {"referee": 1.0, "worker": 0.8}
 # what the worker holds between its check calls, in footprints, for a problem made of its parameters (ModelNew's
 # parameters, an output, torch's own working memory; measured 1.38, and 2.72 with a second copy of them)
 WORKER_PARAMETERS_HELD = 1.8
+# the worker's peak growth per footprint for a problem of large inputs and a small output (its inputs, the
+# first call's poisoned blocks of the output's sizes: measured 1.0, and 2.0 with blocks of the inputs' sizes)
+WORKER_FIRST_CALL_GROWTH = 1.3
 
 
 def honest(problem: Path, folder: Path) -> Path:
@@ -308,3 +311,18 @@ def test_a_checks_inputs_are_held_for_the_referee_only_where_small_beside_the_pr
     assert not judged("19_ReLU", batch_size=4, dim=1024)
     assert shares_inputs([torch.zeros(300)], torch.zeros(300), 600 * 4)  # a quarter
     assert not shares_inputs([torch.zeros(301)], torch.zeros(300), 600 * 4)
+
+
+def test_the_first_calls_poisoned_blocks_are_the_outputs_size_not_the_inputs(fast, tmp_path):
+    """A row sum (inputs of 16 and 64 MB, outputs of 64 bytes per row): before the candidate's first call the
+    worker poisons blocks of the reference's output's sizes (protocol.Forward.output_bytes), so its peak grows
+    with the inputs alone (measured 1.0 footprint per footprint; 2.0 with blocks of the inputs' sizes)."""
+    points = []
+    for dim in (1 << 18, 1 << 20):
+        problem = problem_file(tmp_path, f"row_sum_{dim}", "x.sum(1, keepdim=True)", sizes=f"batch_size = 16\ndim = {dim}")
+        result = api.evaluate(problem, honest(problem, tmp_path), fast, check={"trials": 2}, probes=False)
+        assert result.verdict == "pass", result.findings
+        worker = result.memory["worker"]
+        points.append((result.memory["footprint"]["total_bytes"], worker["rss_peak_bytes"] - worker["rss_baseline_bytes"]))
+    (f0, w0), (f1, w1) = points
+    assert (w1 - w0) / (f1 - f0) <= WORKER_FIRST_CALL_GROWTH, points

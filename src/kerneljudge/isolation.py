@@ -47,6 +47,9 @@ from kerneljudge.records import Finding
 
 TAIL_CHARS = 3000
 KILL_GRACE_S = 5  # for the sandbox launcher to kill and reap the worker's processes before SIGKILL
+# for a process's end to be reported after SIGKILL: a spare referee's never was once (the test suite under load on
+# the 2-core VM, test_batch's pool closing), and the judge waited for it forever; it is left to its lifeline then
+KILL_REAP_S = 30
 
 class WorkerFailure(Exception):
     """The worker could not answer: it timed out, crashed or exited. `finding` says which."""
@@ -367,7 +370,11 @@ class WorkerProcess:
                 except subprocess.TimeoutExpired:
                     pass
             self._signal(os.killpg, signal.SIGKILL)
-            self.process.wait()
+            try:
+                self.process.wait(timeout=KILL_REAP_S)
+            except subprocess.TimeoutExpired:
+                print(f"kerneljudge: process {self.process.pid} ({self.role}) was not seen to end {KILL_REAP_S} s "
+                      "after SIGKILL; not waiting for it", file=sys.stderr)
 
     def _signal(self, send, signum: int) -> None:
         try:

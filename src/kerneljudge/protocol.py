@@ -164,6 +164,9 @@ class MakeInputs(Request):
     float64: bool = True  # False: the native reference only (a timed output's check)
     send: bool = True  # False: keep the inputs here (the worker drew the same ones from the seed)
     transform: dict[str, Any] | None = None  # a range probe's transform of the inputs (referee/ranges.py)
+    # the inputs kept beside the outputs too, for `Compare`'s `inputs_after` (a check's trials); otherwise let go
+    # once the outputs are made (a footprint held by the referee while the worker calls: level1/47's refill probe)
+    keep_inputs: bool = False
 
 
 @request
@@ -360,7 +363,8 @@ class Forward(Request):
     """Call ModelNew on the inputs (blobs; or, with `draw`, the inputs drawn here from that seed, as the
     referee drew them, and moved by a range probe's `transform` as the referee moved them) and hand back
     the output at once. `poison`: fill freed memory
-    with NaN bytes first; `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
+    with NaN bytes first, in blocks of the sizes of the candidate's last output, or before its first call of
+    `output_bytes` (the reference's output's sizes); `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
     buffers under a name, or copy these inputs into buffers kept before and call on those; `reseed`:
     seed the generators before the call (KernelBench); `alias`: report output storage shared with an
     input, parameter or buffer."""
@@ -369,6 +373,7 @@ class Forward(Request):
     draw: int | None = None
     transform: dict[str, Any] | None = None
     poison: bool = False
+    output_bytes: list[int] | None = None
     return_inputs: bool = False
     keep: str | None = None
     reuse: str | None = None

@@ -79,6 +79,20 @@ def make_inputs(problem, seed: int, device: torch.device) -> list:
     return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
 
 
+def owned(args: list, index: int) -> bool:
+    """Whether `args[index]` is a tensor that only `args` holds: no other name (a problem's module-level tensor
+    that get_inputs() hands out every time), not a view of another tensor, no memory shared with another
+    argument. Such a tensor may be changed in place (a range probe's move, the reference's own call) without
+    any later draw or other argument seeing it. (A tensor over a NumPy array the problem keeps is not told
+    apart.)"""
+    a = args[index]
+    if not isinstance(a, torch.Tensor) or sys.getrefcount(args[index]) > 3 or a._base is not None:
+        return False  # three references: `args`, `a` and getrefcount's own argument
+    memory = a.untyped_storage().data_ptr()
+    return not any(isinstance(b, torch.Tensor) and i != index and b.untyped_storage().data_ptr() == memory
+                   for i, b in enumerate(args))
+
+
 def refill(buffers: list, values: list) -> list:
     """`buffers` holding `values` (new values, same buffers: memos by address or by sampled content stop
     paying). A function, so that no name of the caller's still holds a value tensor during the call that

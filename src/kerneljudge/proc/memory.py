@@ -109,6 +109,11 @@ def cuda_call_start(device: torch.device) -> int:
     return held_bytes(device)
 
 
+def cuda_call_peak(device: torch.device) -> int:
+    """After the call `cuda_call_start` began: the most bytes allocated since."""
+    return _allocated(device, "peak")
+
+
 def stage_peak_bytes(device: torch.device) -> int:
     """At a stage's end: the peak since the last stage's end (then a new mark), the allocator's on a GPU, the
     resident set's on a CPU (where the kernel refuses the reset: the high-water mark so far)."""

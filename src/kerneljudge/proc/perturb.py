@@ -20,6 +20,7 @@ from typing import Iterator
 import torch
 
 from kerneljudge.proc import tensorwire
+from kerneljudge.proc.inputs import owned
 
 INPUTS = "inputs"  # a range probe's target: every floating input
 PERTURB_BLOCK = 1 << 22  # elements of an entry changed at once (16 MiB of float32 draws)
@@ -51,8 +52,12 @@ class Transform:
         return self.target in (INPUTS, f"input:{index}")
 
     def inputs(self, args: list) -> list:
-        return [a * self.scale + self.shift if isinstance(a, torch.Tensor) and a.is_floating_point()
-                and self.applies_to_input(i) else a for i, a in enumerate(args)]
+        """`args` moved: each floating input it applies to becomes input * scale + shift; in place where the
+        input is the caller's own (proc/inputs.owned: out of place, a range probe on level1/47's 8 GiB input
+        held three of it at once). The same two roundings either way (the product, then the sum)."""
+        return [(args[i].mul_(self.scale).add_(self.shift) if owned(args, i) else args[i] * self.scale + self.shift)
+                if isinstance(args[i], torch.Tensor) and args[i].is_floating_point() and self.applies_to_input(i)
+                else args[i] for i in range(len(args))]
 
 
 def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
@@ -117,10 +122,12 @@ def perturbation(state: dict[str, torch.Tensor], parameters: set[str], seed: int
         yield name, t
 
 
-def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None) -> list[str]:
-    """Put back the entries the previous range probe moved (kept in `originals`; one no longer in `state`, as
-    a ModelNew that dropped it, is let go of), then move `transform`'s target if it is a state entry: the
-    names of the entries that changed."""
+def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None, *,
+         in_host: bool = False) -> list[str]:
+    """Put back the entries the previous range probe moved (kept in `originals`, in host memory where `in_host`:
+    a copy held while the probe's calls run, which on a GPU took a second footprint of level2/64's weight in
+    both processes; one no longer in `state`, as a ModelNew that dropped it, is let go of), then move
+    `transform`'s target if it is a state entry: the names of the entries that changed."""
     names = [name for name in originals if name in state]
     with torch.no_grad():
         for name in list(originals):
@@ -129,7 +136,7 @@ def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], tra
                 state[name].copy_(original)
         if transform is not None and transform.target in state:
             entry = state[transform.target]
-            originals[transform.target] = entry.detach().clone()
+            originals[transform.target] = entry.detach().to("cpu", copy=True) if in_host else entry.detach().clone()
             entry.mul_(transform.scale).add_(transform.shift)
             names.append(transform.target)
     return names

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kerneljudge.proc import tensorwire
-from kerneljudge.proc.inputs import clone_args, synchronize
+from kerneljudge.proc.inputs import synchronize
 
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel
 HOLD_CYCLES = 10_000_000  # ~5 ms at 2 GHz: longer than a call takes to enqueue its work
@@ -28,7 +28,8 @@ class KernelRecord:
 def profile_calls(model, args: list, device: torch.device, *, bracket: bool = False, calls: int = 1,
                   around=contextlib.nullcontext()) -> tuple[dict[str, tuple[float, int]], list[KernelRecord]]:
     """Per op name its time in microseconds (device time on a GPU, CPU self time otherwise) and how many
-    times it ran; and the GPU kernels with streams. `around` is entered around the calls alone.
+    times it ran; and the GPU kernels with streams. `around` is entered around the calls alone. The calls
+    get `args` themselves (the callers' own draws: a copy beside them was a second footprint of the inputs).
 
     With `bracket` on a GPU, the caller's stream is held by a spin kernel while the call enqueues its
     work, and a second spin is launched right after the call returns: work on another stream that
@@ -39,14 +40,13 @@ def profile_calls(model, args: list, device: torch.device, *, bracket: bool = Fa
     from torch.autograd.profiler import profile
 
     on_gpu = device.type == "cuda"
-    call_args = clone_args(args)
     synchronize(device)
     with profile(use_kineto=True, use_device="cuda" if on_gpu else None) as prof:
         if on_gpu and bracket:
             torch.cuda._sleep(HOLD_CYCLES)
         with torch.inference_mode(), around:
             for _ in range(calls):
-                model(*call_args)
+                model(*args)
         if on_gpu and bracket:
             torch.cuda._sleep(1000)
         synchronize(device)

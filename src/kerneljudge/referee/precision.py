@@ -15,6 +15,12 @@ reaches the native model.
 Each draw converts twice then (milliseconds on a GPU; 20-30 ms per 64 MB on a CPU, a quarter more time
 for such a problem's evaluation), so small models keep the copy: it costs under 2 x ONE_PRECISION_FROM_BYTES.
 
+On a GPU a parameter of STAGED_FROM_BYTES or more goes through host memory (`_Staging`): its native values are
+copied out and its device memory let go before its float64 one is made, and the way back is made from that host
+copy once the float64 one is let go, so no parameter is held at both precisions at once on the device (converted on
+the device, level2/56's 4 GiB weight and its float64 one made the referee's peak three footprints of it, the judge's
+four with the worker's one).
+
 Exact both ways: the float64 parameters are upcast native ones, and every change of them (the probes' and the
 range moves, in the referee as in the worker) is made at native precision, then upcast into a kept copy
 (`changed`), so the downcast gives back the very native values; only a forward that changes its own parameters
@@ -28,6 +34,9 @@ import copy
 import torch
 
 ONE_PRECISION_FROM_BYTES = 256 << 20  # parameters and buffers from this size on are held at one precision at a time
+STAGED_FROM_BYTES = 16 << 20  # a GPU parameter this large is converted through host memory (`_Staging`)
+STAGED_DEVICES = ("cuda",)  # (on the CPU the host copy would be a second copy in the same memory)
+STAGE_CHUNK_BYTES = 64 << 20  # the device memory a staged parameter's upcast takes beside its float64 one
 
 
 class Precisions:
@@ -43,6 +52,7 @@ class Precisions:
         self.float64_attributes = [(m, name, t.clone()) for m, name, t in _tensor_attributes(model)] \
             if self.one_at_a_time else []
         self.failed: str | None = None  # why the model cannot be had in float64 (its conversion raised)
+        self.staging = _Staging()
 
     @property
     def converted(self) -> bool:
@@ -56,7 +66,7 @@ class Precisions:
             dtypes = {id(module._parameters[name]): dtype for (module, name), dtype in self.native_dtypes.items()
                       if module._parameters.get(name) is not None}
             with torch.no_grad():
-                self.model._apply(lambda t: t.to(dtypes[id(t)]) if id(t) in dtypes else t)
+                self.model._apply(lambda t: self.staging.back(t, dtypes[id(t)]) if id(t) in dtypes else t)
             self.float64_attributes = _tensor_attributes(self.model)
             for module, name, value in self.put_aside["buffers"]:
                 module._buffers[name] = value
@@ -102,10 +112,60 @@ class Precisions:
         for module, name, value in self.float64_attributes:
             module.__dict__[name] = value
         with torch.no_grad():
-            self.model._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+            self.model._apply(lambda t: self.staging.there(t) if t.is_floating_point() else t)
 
 
 def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
     """The tensors a model's modules hold as plain attributes (not parameters or buffers)."""
     return [(m, name, value) for m in model.modules() for name, value in vars(m).items()
             if isinstance(value, torch.Tensor)]
+
+
+class _Staging:
+    """A parameter's conversion through host memory, where it is large and on a GPU: its native values copied
+    out (kept for the way back) and its device memory let go (`data` emptied: memory another tensor still views
+    stays, and the conversion is right all the same) before its float64 one is made, chunk by chunk; back, the
+    float64 one let go before the native one is copied in. `Module._apply` hands each parameter itself, so its
+    host copy is kept by its identity, in pinned memory on a GPU, and copied out again only where the parameter
+    changed since it was copied in (its version counter, which in-place changes move: the probes' and range moves'
+    as well, made on the parameters themselves; or its memory, if replaced): the copies
+    out and in of level2/56's 4 GiB weight at every draw took its evaluation from 13.5 s to 46.6 s on an H100,
+    through pageable memory."""
+
+    def __init__(self) -> None:
+        self.host: dict[int, torch.Tensor] = {}
+        self.out: set[int] = set()  # the parameters whose native values are in `host` alone now
+        self.synced: dict[int, tuple[int, int]] = {}  # (version, data pointer) of a parameter its host copy holds
+
+    def there(self, t: torch.Tensor) -> torch.Tensor:
+        if not (isinstance(t, torch.nn.Parameter) and t.dtype != torch.float64 and t.device.type in STAGED_DEVICES
+                and t.numel() * t.element_size() >= STAGED_FROM_BYTES):
+            return t.to(torch.float64)
+        host = self.host.get(id(t))
+        if host is None or host.shape != t.shape or host.dtype != t.dtype:
+            host = self.host[id(t)] = torch.empty(t.shape, dtype=t.dtype, device="cpu",
+                                                  pin_memory=t.device.type == "cuda")
+            self.synced.pop(id(t), None)
+        if self.synced.get(id(t)) != (t._version, t.data_ptr()):
+            host.copy_(t)
+        self.out.add(id(t))
+        device = t.device
+        t.data = torch.empty(0, dtype=t.dtype, device=device)
+        out = torch.empty(host.shape, dtype=torch.float64, device=device)
+        flat, source = out.view(-1), host.view(-1)
+        step = max(1, STAGE_CHUNK_BYTES // host.element_size())
+        for start in range(0, source.numel(), step):
+            flat[start:start + step].copy_(source[start:start + step].to(device))
+        return out
+
+    def back(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """`t` at `dtype` again: from its host copy where it went out (whatever `t` holds now: its float64 values,
+        or nothing where the conversion failed after letting it go), else converted on its device."""
+        if id(t) not in self.out:
+            return t.to(dtype)
+        device = t.device
+        t.data = torch.empty(0, dtype=t.dtype, device=device)
+        native = self.host[id(t)].to(device, copy=True)
+        self.out.discard(id(t))
+        self.synced[id(t)] = (t._version, native.data_ptr())  # (`Module._apply` sets it as t's data: no version move)
+        return native

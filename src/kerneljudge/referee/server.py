@@ -130,15 +130,19 @@ class Referee:
         try:
             inputs = self.session.draw(request.seed, kernelbench=request.kernelbench, expect=request.expect,
                                        float64=request.float64, transform=request.transform and
-                                       ranges.Transform.from_json(request.transform))
+                                       ranges.Transform.from_json(request.transform), keep_inputs=request.keep_inputs)
         except Exception as exc:  # noqa: BLE001 - the problem's get_inputs or the reference's forward
             failure = classify(exc, stage="check", code="problem-error", what="the reference (inputs or forward)")
             return {"findings": [failure.finding.to_json()]}, []
         reference = {"stochastic": self.session.seeding.stochastic, **self.session.plan.describe()}
+        kept = self.session.kept.get(request.seed) if request.expect else None
+        data = {"reference": reference}
+        if kept is not None:  # the first call's poisoned blocks (protocol.Forward)
+            data["output_bytes"] = [memory.tensor_bytes([t]) for t in tensorwire.tensors_of(kept.expected)]
         if not request.send:
-            return {"reference": reference}, []
+            return data, []
         meta, input_blobs = tensorwire.pack_values(inputs)
-        return {"inputs": meta, "reference": reference}, input_blobs
+        return {"inputs": meta, **data}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
         kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
@@ -177,6 +181,8 @@ class Referee:
         findings: list[Finding] = []
         try:
             received = self.held.pop(request.index)[0] if request.held else self._received(request.output, blobs)
+            if request.inputs_after is not None and kept.inputs is None:
+                raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
             mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs, request.inputs_after,
                                                                                blobs)
             blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
@@ -249,9 +255,8 @@ class Referee:
         total = sum(t for t, _ in times.values()) or 1.0
         heavy = sorted(op for op, (t, _) in times.items()
                        if op.startswith("aten::") and op not in TRIVIAL_OPS and t / total >= HEAVY_SHARE)
-        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]
-        out = session.run(reference, args)
-        return {"heavy_ops": heavy, "aliases": output_aliases(out, args, reference)}, []
+        out = session.run(reference, inputs)
+        return {"heavy_ops": heavy, "aliases": output_aliases(out, inputs, reference)}, []
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session

@@ -8,14 +8,14 @@ candidate is the data the judge relays (output bytes and the facts the worker re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from kerneljudge.proc import memory
-from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, seed_generators, synchronize
+from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
-from kerneljudge.proc.perturb import Transform, entries, move, perturb
+from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
 from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
 from kerneljudge.referee.precision import Precisions
 
@@ -25,14 +25,17 @@ KERNELBENCH_SEED = 42
 # and that run take: emptying the cache after every draw made each later run allocate afresh (level2/51 on an
 # H200, with 140 GB free for a 0.4 GB problem).
 RELEASE_BELOW_FACTOR = 4
+# Inputs this large go to the native reference uncopied, checked by checksum instead (`expect`): below it a copy
+# takes less memory than the checksum's blocks (about 100 MB on a GPU).
+UNCOPIED_FROM_BYTES = 256 << 20
 
 
 @dataclass
 class Expectation:
-    """A trial's inputs (as drawn) and the reference's outputs for them, native and float64 (None where
-    the float64 reference is not used; see `Float64Plan`)."""
+    """A trial's inputs (as drawn; None once let go: `RefereeSession.draw`) and the reference's outputs for them,
+    native and float64 (None where the float64 reference is not used; see `Float64Plan`)."""
 
-    inputs: list
+    inputs: list | None
     expected: Any
     expected64: Any
 
@@ -100,9 +103,10 @@ class RefereeSession:
         return out
 
     def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True,
-             transform: Transform | None = None) -> list:
+             transform: Transform | None = None, keep_inputs: bool = False) -> list:
         """Inputs from `seed` (moved by a range probe's `transform`), with the expectation kept under the
-        seed; returns what the candidate gets. Under KernelBench's protocol the reference runs first on the
+        seed (and the inputs with it where `keep_inputs`, for a comparison of the candidate's inputs after its
+        call); returns what the candidate gets. Under KernelBench's protocol the reference runs first on the
         very tensors the candidate gets."""
         if kernelbench:
             seed_generators(seed, self.device)
@@ -111,22 +115,34 @@ class RefereeSession:
             with torch.no_grad():
                 expected = self.native()(*inputs)
             synchronize(self.device)
-            self.kept[seed] = Expectation(clone_args(inputs), expected, None)
+            self.kept[seed] = Expectation(clone_args(inputs) if keep_inputs else None, expected, None)
             return inputs
-        inputs = make_inputs(self.problem, seed, self.device)
-        if transform is not None:
-            inputs = transform.inputs(inputs)
-        if expect:
-            self.kept[seed] = self.expect(inputs, float64)
-        return inputs
 
-    def expect(self, inputs: list, float64: bool = True) -> Expectation:
-        """The reference's outputs for `inputs`: native, then float64 as the plan allows (whole, in chunks
-        along the batch dimension, or not at all: a stochastic reference's float64 draws differ from its
-        own, and a reference that builds tensors in the default dtype cannot run in float64)."""
+        def drawn() -> list:
+            inputs = make_inputs(self.problem, seed, self.device)
+            return transform.inputs(inputs) if transform is not None else inputs
+
+        if not expect:
+            return drawn()
+        expectation = self.expect(drawn, float64)
+        self.kept[seed] = expectation if keep_inputs else Expectation(None, expectation.expected, expectation.expected64)
+        return expectation.inputs
+
+    def expect(self, draw: Callable[[], list], float64: bool = True) -> Expectation:
+        """The inputs `draw` gives and the reference's outputs for them: native, then float64 as the plan allows
+        (whole, in chunks along the batch dimension, or not at all: a stochastic reference's float64 draws
+        differ from its own, and a reference that builds tensors in the default dtype cannot run in float64).
+        Inputs of UNCOPIED_FROM_BYTES or more go to the native reference as they are where nothing else holds
+        them (proc/inputs.owned), not as copies (a second footprint of a large input beside them: level1/47's
+        8 GiB); where it changed them (their checksums before and after differ) they are drawn again, so the
+        kept inputs are always what the candidate gets."""
         first = not self.footprint
-        args = clone_args(inputs)  # the reference may change its inputs; the kept ones are the candidate's
-        if first:
+        inputs = draw()
+        uncopied = memory.tensor_bytes(inputs) >= UNCOPIED_FROM_BYTES
+        before = _checksums(inputs) if uncopied else None
+        args = [inputs[i] if uncopied and owned(inputs, i) else clone_args(inputs[i:i + 1])[0]
+                for i in range(len(inputs))]
+        if first:  # (after the copies: they are not the reference's activations)
             start = measure_start(self.device)
         expected = self.run(self.native(), args)
         del args
@@ -134,6 +150,8 @@ class RefereeSession:
             self.footprint = footprint(self.device, start, self.native(), inputs, expected)
             self.plan.size(self.footprint, self.device,
                            self.footprint["parameters_bytes"] if self.reference.one_at_a_time else 0)
+        if uncopied and _checksums(inputs) != before:
+            inputs = draw()
         if self.seeding.stochastic:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
@@ -147,7 +165,7 @@ class RefereeSession:
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
         entry): the names of the entries that changed (the worker makes the same move: proc/perturb.py)."""
-        names = move(self.native().state_dict(keep_vars=True), self.range_originals, transform)
+        names = move(self.native().state_dict(keep_vars=True), self.range_originals, transform, in_host=True)
         self.reference.changed(names)
         return names
 
@@ -156,3 +174,11 @@ class RefereeSession:
         changed = perturb(*entries(self.native()), seed, names, replace=replace, device=self.device)
         self.reference.changed(changed)
         return changed
+
+
+def _checksums(inputs: list) -> list[int]:
+    """Each tensor input's checksum over its bits (proc/perturb.entry_checksum; a contiguous one taken flat, in
+    blocks of bounded size whatever its shape)."""
+    weights: dict[tuple, torch.Tensor] = {}
+    return [int(entry_checksum(a.view(-1) if a.is_contiguous() else a, weights))
+            for a in inputs if isinstance(a, torch.Tensor)]

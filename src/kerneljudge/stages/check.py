@@ -120,7 +120,7 @@ def run_check(j: Judging, seed: int, trials: int, *, label: str = "trial",
                 trial, findings, _ = j.compare(trial_seed, index, reply, STAGE, rule="kernelbench")
             else:
                 trial_seed = derive_seed(seed, label, index)
-                drawn = j.draw(trial_seed, STAGE)
+                drawn = j.draw(trial_seed, STAGE, keep_inputs=True)
                 note_reference(j, drawn)
                 reply = _forward(j, drawn, index, results, poison=True, return_inputs=True)
                 trial, findings, _ = j.compare(trial_seed, index, reply, STAGE, inputs=True)

@@ -33,7 +33,7 @@ from kerneljudge.worker.session import Session
 from kerneljudge.worker.watch import TimedWatch
 
 POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
-POISON_EXTRA_BYTES = 1 << 30  # the large poisoned block on a GPU, beyond one per output size
+POISON_EXTRA_BYTES = 1 << 30  # the most the large poisoned block on a GPU takes, beyond one block per output size
 # A check's inputs after the call go back shared (held here until the next request, compared where they lie)
 # where they are at most this share of the problem's own memory (parameters, inputs, outputs); larger ones go
 # through host memory and are let go at once: held beside the output during the referee's comparison, an
@@ -117,8 +117,15 @@ class Worker:
         return self.session.loaded.candidate.__file__
 
     def _call(self, args: list, what: str, stage: str):
-        return guarded(lambda: self.session.call(args), stage=stage, code="forward-error", what=what,
-                       source_file=self._source())
+        """The candidate's call, guarded; on a GPU, what it allocated beyond its outputs is kept for the next
+        poisoning (`poison_free_memory`)."""
+        start = memory.cuda_call_start(self.device) if self.device.type == "cuda" else None
+        called = guarded(lambda: self.session.call(args), stage=stage, code="forward-error", what=what,
+                         source_file=self._source())
+        if start is not None and not called.failure:
+            self.session.scratch_bytes = max(0, memory.cuda_call_peak(self.device) - start - memory.tensor_bytes(
+                tensorwire.tensors_of(called.value)))
+        return called
 
     def ping(self, request: protocol.Ping, blobs: list) -> Reply:
         device, missing = machine.take_device(request.device, request.memory_limit_mb, request.gpu_memory_share)
@@ -239,7 +246,8 @@ class Worker:
         if request.keep is not None:
             session.kept[request.keep] = args
         if request.poison:
-            poison_free_memory(self.device, session.output_sizes or [_bytes(a) for a in args])
+            poison_free_memory(self.device, session.output_sizes or request.output_bytes or [_bytes(a) for a in args],
+                               session.scratch_bytes)
         if request.reseed is not None:
             seed_generators(request.reseed, self.device)
         called = self._call(args, "ModelNew.forward", "check")
@@ -279,7 +287,7 @@ class Worker:
             return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         transform = Transform.from_json(request.transform) if request.transform else None
         values = self.session.reference_values(held.value)
-        names = move(values, self.session.range_originals, transform)
+        names = move(values, self.session.range_originals, transform, in_host=True)
         return self._write_state(((name, values[name]) for name in names), "in-place", held.value)
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
@@ -396,7 +404,7 @@ class Worker:
         second_args = draw()
         del first_args
         first_meta, first_blobs = tensorwire.describe_output(first.value)
-        poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)])
+        poison_free_memory(self.device, [_bytes(t) for t in tensorwire.tensors_of(first.value)], self.session.scratch_bytes)
         second = self._call(second_args, "ModelNew.forward (probe repeat)", "probe")
         if second.failure:
             return _reply([second.failure.finding], poisoned=second.failure.poisoned)
@@ -488,18 +496,21 @@ def _kind(t: torch.Tensor) -> tuple:
     return t.dtype, t.device
 
 
-def poison_free_memory(device: torch.device, sizes: list[int]) -> None:
+def poison_free_memory(device: torch.device, sizes: list[int], scratch_bytes: int = 0) -> None:
     """Fill blocks of the allocator with NaN bytes and free them, so an output the candidate allocates but
     never writes reads NaN (not zeros, and never an earlier result). One block per expected output size
-    (the caching allocator hands a freed block of that size to the next request of that size), plus a
-    large one. On the CPU freed chunks are reused by malloc only sometimes: there it is best effort.
-    Bounded: the large block is at most POISON_EXTRA_BYTES, and no block is taken that would leave less
-    free memory than the blocks themselves (a 6 GB output is poisoned with one 6 GB block, not 30 GB)."""
+    (the caching allocator hands a freed block of that size to the next request of that size), plus on a GPU
+    a large one the size of what the candidate's last call allocated beyond its outputs (`scratch_bytes`:
+    where an earlier result could lie other than in an output's block; four times the largest output before,
+    a 1 GiB block beside level1/40's 256 MiB output and inputs, 1.9 footprints). On the CPU freed chunks are
+    reused by malloc only sometimes: there it is best effort. Bounded: the large block is at most
+    POISON_EXTRA_BYTES, and no block is taken that would leave less free memory than the blocks themselves (a 6
+    GB output is poisoned with one 6 GB block, not 30 GB)."""
     free = memory.device_free_bytes(device)
     blocks = []
     wanted = [n for n in sizes if n > 0]
     if device.type == "cuda":
-        wanted.append(min(max(sizes + [0]) * 4, POISON_EXTRA_BYTES) + (1 << 20))
+        wanted.append(min(scratch_bytes, POISON_EXTRA_BYTES) + (1 << 20))
     for n in wanted:
         if 2 * n > free:
             continue

@@ -27,6 +27,7 @@ class Session:
     candidate: Any = None  # the ModelNew instance once constructed
     kept: dict[str, list] = field(default_factory=dict)  # argument buffers kept for a later call (probes)
     output_sizes: list[int] = field(default_factory=list)  # byte sizes of the last outputs (for poisoning)
+    scratch_bytes: int = 0  # GPU: what the last call allocated beyond its outputs at its peak (for poisoning)
     seeding: CallSeeding | None = None  # set at construction: the generators' seed before each call
     own_ops: tuple[str, ...] = ()  # operators the candidate registered with torch while it was imported
     # what the probes' parameter changes are made on, as the referee makes them on the reference

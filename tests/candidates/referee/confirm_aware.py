@@ -1,4 +1,4 @@
-"""Catalog row 24 on the CPU, against the turn-taking confirmation: an honest but slow forward (a 20 ms sleep)
+"""Catalog row 24 on the CPU, against the turn-taking confirmation: an honest but slow forward (a 100 ms sleep)
 whose claimed times are cut to 1%, except in batches it takes for the confirming rounds (recognised by their
 call indices, if those differ from the measurement's), where it tells the truth to be cleared."""
 import time
@@ -30,7 +30,8 @@ class ModelNew(nn.Module):
         self.subtract = nn.Parameter(torch.randn(out_features))
 
     def forward(self, x):
-        time.sleep(0.02)  # well above the cross-check's tolerance on a loaded 2-core machine (5 ms was not)
+        time.sleep(0.1)  # well above the cross-check's tolerance: 5 ms was not on a loaded 2-core machine, nor 20 ms
+        # on a VM of slow memory (shrunk_times.py)
         w_mean = self.gemm.weight.mean(0)
         c = self.gemm.bias.mean() - self.subtract.mean()
         return x + F.gelu(x @ w_mean + c).unsqueeze(1)
