@@ -811,3 +811,41 @@ def test_the_reference_run_on_its_inputs_uncopied_keeps_what_the_candidate_gets(
     moved_inputs = moved.inputs(drawn)
     assert moved_inputs[0].data_ptr() == memory and moved_inputs[1] is not module.HANDED_OUT  # in place where it may be
     assert torch.equal(module.HANDED_OUT, handed_out)
+    # nor where another tensor is over its memory (detach) or a gradient is asked for (an in-place move raises)
+    for kept_elsewhere in ([module.HANDED_OUT.detach()], [torch.ones(4, requires_grad=True)]):
+        before = kept_elsewhere[0].detach().clone()
+        assert torch.equal(moved.inputs(kept_elsewhere)[0], before * 3.0 + 0.5)
+        assert torch.equal(kept_elsewhere[0], before)
+
+
+def test_a_parameter_staged_through_host_memory_keeps_its_layout_and_every_change(monkeypatch):
+    """referee/precision._Staging: a channels-last parameter comes back channels-last with its values, and one the
+    forward changes through `.data` (its version counter does not move) is copied out again before each float64
+    conversion, so the float64 model always holds the native values of the moment."""
+    from kerneljudge.referee import precision
+
+    class Doubling(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4))
+            self.k = torch.nn.Parameter(torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
+
+        def forward(self, x):
+            self.w.data.mul_(2)
+            return x * self.w + self.k.sum()
+
+    monkeypatch.setattr(precision, "STAGED_DEVICES", ("cpu",))
+    monkeypatch.setattr(precision, "STAGED_FROM_BYTES", 0)
+    model = Doubling()
+    k = model.k.detach().clone()
+    held = precision.Precisions(model, precision.ONE_PRECISION_FROM_BYTES)
+    for value in (2.0, 4.0, 8.0):
+        with torch.no_grad():
+            held.native()(torch.ones(4))
+        model64 = held.float64()
+        assert torch.equal(model64.w, torch.full((4,), value, dtype=torch.float64)), (value, model64.w)
+        assert torch.equal(model64.k, k.double()) and model64.k.is_contiguous(memory_format=torch.channels_last)
+        native = held.native()
+        assert native.w.dtype == torch.float32 and torch.equal(native.w, torch.full((4,), value))
+        assert torch.equal(native.k, k) and native.k.is_contiguous(memory_format=torch.channels_last)
+    assert len(held.staging.host) == 2

@@ -174,3 +174,17 @@ def test_worker_priority_and_gpu_share_out_of_range_are_usage_errors(field, valu
     a share outside (0, 1] is no share of a GPU: both are said before any worker starts."""
     with pytest.raises(UsageError, match=field):
         Options().replace(worker={field: value}).validate()
+
+
+def test_a_timing_of_one_run_is_reported_without_its_spread():
+    """One timed run has no SEM (None in the JSON): the report and the agents' brief say the median and n=1
+    (the MCP benchmark tool crashed on it when a slow machine spent the timing budget in one run)."""
+    from report_fixture import hand_result
+
+    result, _ = hand_result("level1/1", "pass", 2.0, sem_ms=None, light=40.0)
+    result.timing["candidate"]["n"] = 1
+    line = report.timing_line(result)
+    assert line.startswith("timing: 1 ms median (n=1)") and "SEM" not in line, line
+    assert "timing: 1 ms median (n=1)" in report.brief(result)
+    result.timing["candidate"].update(n=3, sem_ms=0.01)
+    assert "(n=3, ±1% SEM)" in report.timing_line(result)

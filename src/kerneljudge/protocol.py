@@ -363,8 +363,8 @@ class Forward(Request):
     """Call ModelNew on the inputs (blobs; or, with `draw`, the inputs drawn here from that seed, as the
     referee drew them, and moved by a range probe's `transform` as the referee moved them) and hand back
     the output at once. `poison`: fill freed memory
-    with NaN bytes first, in blocks of the sizes of the candidate's last output, or before its first call of
-    `output_bytes` (the reference's output's sizes); `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
+    with NaN bytes first, in blocks of the sizes of the candidate's last output and its last call's scratch, or
+    before its first call of `output_bytes` and `scratch_bytes` (the reference's); `return_inputs`: the inputs after the call too; `keep`/`reuse`: keep the argument
     buffers under a name, or copy these inputs into buffers kept before and call on those; `reseed`:
     seed the generators before the call (KernelBench); `alias`: report output storage shared with an
     input, parameter or buffer."""
@@ -374,6 +374,7 @@ class Forward(Request):
     transform: dict[str, Any] | None = None
     poison: bool = False
     output_bytes: list[int] | None = None
+    scratch_bytes: int = 0
     return_inputs: bool = False
     keep: str | None = None
     reuse: str | None = None

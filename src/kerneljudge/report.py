@@ -44,8 +44,10 @@ def timing_line(result: Result) -> str | None:
         return None
     stats = timing["candidate"]
     method = f"{timing['method']}, " if timing.get("method") else ""
-    line = (f"timing: {stats['median_ms']:.4g} ms median ({method}n={stats['n']}, "
-            f"±{100 * stats['sem_ms'] / stats['mean_ms']:.2g}% SEM)" if stats.get("mean_ms") else "timing: n/a")
+    sem = stats.get("sem_ms")  # none from a single run (a timing budget spent on a slow machine)
+    spread = f", ±{100 * sem / stats['mean_ms']:.2g}% SEM" if isinstance(sem, (int, float)) and math.isfinite(sem) else ""
+    line = (f"timing: {stats['median_ms']:.4g} ms median ({method}n={stats.get('n', '?')}{spread})"
+            if stats.get("mean_ms") else "timing: n/a")
     for name, factor in (result.speedup or {}).items():
         base = (timing.get("baselines") or {}).get(name) or {}
         if factor is not None:

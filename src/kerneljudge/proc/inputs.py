@@ -81,13 +81,15 @@ def make_inputs(problem, seed: int, device: torch.device) -> list:
 
 def owned(args: list, index: int) -> bool:
     """Whether `args[index]` is a tensor that only `args` holds: no other name (a problem's module-level tensor
-    that get_inputs() hands out every time), not a view of another tensor, no memory shared with another
-    argument. Such a tensor may be changed in place (a range probe's move, the reference's own call) without
-    any later draw or other argument seeing it. (A tensor over a NumPy array the problem keeps is not told
-    apart.)"""
+    that get_inputs() hands out every time), no other tensor over its memory (a view, `detach()`, `.data`), no
+    memory shared with another argument, no gradient asked for (an in-place change of such a leaf raises).
+    Such a tensor may be changed in place (a range probe's move, the reference's own call) without any later
+    draw or other argument seeing it. (A tensor over a NumPy array the problem keeps is not told apart.)"""
     a = args[index]
-    if not isinstance(a, torch.Tensor) or sys.getrefcount(args[index]) > 3 or a._base is not None:
+    if not isinstance(a, torch.Tensor) or sys.getrefcount(args[index]) > 3 or a._base is not None or a.requires_grad:
         return False  # three references: `args`, `a` and getrefcount's own argument
+    if torch._C._storage_Use_Count(a.untyped_storage()._cdata) > 2:  # the tensor and the storage asked for here
+        return False
     memory = a.untyped_storage().data_ptr()
     return not any(isinstance(b, torch.Tensor) and i != index and b.untyped_storage().data_ptr() == memory
                    for i, b in enumerate(args))

@@ -24,7 +24,8 @@ four with the worker's one).
 Exact both ways: the float64 parameters are upcast native ones, and every change of them (the probes' and the
 range moves, in the referee as in the worker) is made at native precision, then upcast into a kept copy
 (`changed`), so the downcast gives back the very native values; only a forward that changes its own parameters
-in place at float64 (a clamp) carries that change back, rounded.
+in place at float64 (a clamp) carries that change back, rounded, to a parameter converted on the device; one
+converted through host memory comes back as it was before the float64 run (the native runs make their own change).
 """
 
 from __future__ import annotations
@@ -126,33 +127,34 @@ class _Staging:
     out (kept for the way back) and its device memory let go (`data` emptied: memory another tensor still views
     stays, and the conversion is right all the same) before its float64 one is made, chunk by chunk; back, the
     float64 one let go before the native one is copied in. `Module._apply` hands each parameter itself, so its
-    host copy is kept by its identity, in pinned memory on a GPU, and copied out again only where the parameter
+    host copy is kept by its identity, in pinned memory on a GPU (which rounds its size up to a power of two),
+    laid out as the parameter is (a channels-last weight stays so), and copied out again only where the parameter
     changed since it was copied in (its version counter, which in-place changes move: the probes' and range moves'
-    as well, made on the parameters themselves; or its memory, if replaced): the copies
-    out and in of level2/56's 4 GiB weight at every draw took its evaluation from 13.5 s to 46.6 s on an H100,
-    through pageable memory."""
+    as well, made on the parameters themselves; its memory, if replaced; its sum, for a change made through
+    `.data`): the copies out and in of level2/56's 4 GiB weight at every draw took its evaluation from 13.5 s to
+    46.6 s on an H100, through pageable memory."""
 
     def __init__(self) -> None:
         self.host: dict[int, torch.Tensor] = {}
         self.out: set[int] = set()  # the parameters whose native values are in `host` alone now
-        self.synced: dict[int, tuple[int, int]] = {}  # (version, data pointer) of a parameter its host copy holds
+        self.synced: dict[int, tuple] = {}  # a parameter's `_state` when its host copy was made or copied back
 
     def there(self, t: torch.Tensor) -> torch.Tensor:
         if not (isinstance(t, torch.nn.Parameter) and t.dtype != torch.float64 and t.device.type in STAGED_DEVICES
-                and t.numel() * t.element_size() >= STAGED_FROM_BYTES):
+                and t.numel() * t.element_size() >= STAGED_FROM_BYTES and _dense(t)):
             return t.to(torch.float64)
         host = self.host.get(id(t))
-        if host is None or host.shape != t.shape or host.dtype != t.dtype:
-            host = self.host[id(t)] = torch.empty(t.shape, dtype=t.dtype, device="cpu",
-                                                  pin_memory=t.device.type == "cuda")
+        if host is None or host.shape != t.shape or host.dtype != t.dtype or host.stride() != t.stride():
+            host = self.host[id(t)] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu",
+                                                          pin_memory=t.device.type == "cuda")
             self.synced.pop(id(t), None)
-        if self.synced.get(id(t)) != (t._version, t.data_ptr()):
+        if self.synced.get(id(t)) != _state(t):
             host.copy_(t)
         self.out.add(id(t))
         device = t.device
         t.data = torch.empty(0, dtype=t.dtype, device=device)
-        out = torch.empty(host.shape, dtype=torch.float64, device=device)
-        flat, source = out.view(-1), host.view(-1)
+        out = torch.empty_strided(host.shape, host.stride(), dtype=torch.float64, device=device)
+        flat, source = _in_memory_order(out), _in_memory_order(host)
         step = max(1, STAGE_CHUNK_BYTES // host.element_size())
         for start in range(0, source.numel(), step):
             flat[start:start + step].copy_(source[start:start + step].to(device))
@@ -165,7 +167,25 @@ class _Staging:
             return t.to(dtype)
         device = t.device
         t.data = torch.empty(0, dtype=t.dtype, device=device)
-        native = self.host[id(t)].to(device, copy=True)
+        native = self.host[id(t)].to(device, copy=True)  # (its strides kept)
         self.out.discard(id(t))
-        self.synced[id(t)] = (t._version, native.data_ptr())  # (`Module._apply` sets it as t's data: no version move)
+        self.synced[id(t)] = _state(native, t._version)  # (`Module._apply` sets it as t's data: no version move)
         return native
+
+
+def _state(t: torch.Tensor, version: int | None = None) -> tuple:
+    """What tells a parameter changed: its version counter, its memory and its sum (a change through `.data`
+    moves neither of the first two; the sum at its own precision reads it once, with no copy)."""
+    return (t._version if version is None else version, t.data_ptr(), float(t.detach().sum()))
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Laid out with no gaps and no overlap, in one of torch's memory formats (`_in_memory_order` needs it)."""
+    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) or \
+        (t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d))
+
+
+def _in_memory_order(t: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's elements as one dimension in the order they lie in memory (a staged parameter and its host
+    copy have the same strides, so their elements match one for one)."""
+    return t.as_strided((t.numel(),), (1,), t.storage_offset())

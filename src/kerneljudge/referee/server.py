@@ -139,6 +139,7 @@ class Referee:
         data = {"reference": reference}
         if kept is not None:  # the first call's poisoned blocks (protocol.Forward)
             data["output_bytes"] = [memory.tensor_bytes([t]) for t in tensorwire.tensors_of(kept.expected)]
+            data["scratch_bytes"] = self.session.footprint.get("activations_bytes", 0)
         if not request.send:
             return data, []
         meta, input_blobs = tensorwire.pack_values(inputs)

@@ -67,7 +67,7 @@ class Judging:
     def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True,
              timed: bool = False, transform: dict[str, Any] | None = None, keep_inputs: bool = False) -> dict[str, Any]:
         """Inputs from `seed`, drawn by the referee (which keeps the reference's outputs for them unless
-        `expect` is False, and its own copy of the inputs), moved by a range probe's `transform`. The worker
+        `expect` is False, and the inputs too where `keep_inputs`), moved by a range probe's `transform`. The worker
         draws and moves the same inputs itself (proc/inputs.py, proc/perturb.Transform: no tensor crosses),
         except under KernelBench's protocol, whose draw is sent.
         `timed`: for a timed output's check (the worker drew them when timed): only the native reference.
@@ -82,7 +82,7 @@ class Judging:
     def forward(self, drawn: dict[str, Any], stage: str, **flags: Any) -> dict[str, Any]:
         """The candidate on the drawn inputs; the worker's reply (its output as data and blobs)."""
         if flags.get("poison"):
-            flags["output_bytes"] = drawn.get("output_bytes")
+            flags.update(output_bytes=drawn.get("output_bytes"), scratch_bytes=int(drawn.get("scratch_bytes") or 0))
         reply = self.take(self.worker.call(protocol.Forward(drawn["inputs"], drawn.get("draw"), drawn.get("transform"),
                                                             **flags),
                                            drawn["_blobs"]), stage)

@@ -230,8 +230,8 @@ class Worker:
 
     def _inputs(self, request: protocol.Forward | protocol.Observe, blobs: list) -> list:
         """A call's inputs: drawn here from the judge's seed and moved by the range probe's transform, as the
-        referee drew and moved them (it keeps its own copy: inputs made up here only make this process's
-        output wrong), else as sent."""
+        referee drew and moved them (it draws its own: inputs made up here only make this process's output
+        wrong), else as sent."""
         if request.draw is not None:
             inputs = make_inputs(self.session.loaded.problem, request.draw, self.device)
             return Transform.from_json(request.transform).inputs(inputs) if request.transform else inputs
@@ -246,8 +246,10 @@ class Worker:
         if request.keep is not None:
             session.kept[request.keep] = args
         if request.poison:
-            poison_free_memory(self.device, session.output_sizes or request.output_bytes or [_bytes(a) for a in args],
-                               session.scratch_bytes)
+            if session.output_sizes:  # the candidate's own last call
+                poison_free_memory(self.device, session.output_sizes, session.scratch_bytes)
+            else:  # before its first: the reference's sizes
+                poison_free_memory(self.device, request.output_bytes or [_bytes(a) for a in args], request.scratch_bytes)
         if request.reseed is not None:
             seed_generators(request.reseed, self.device)
         called = self._call(args, "ModelNew.forward", "check")
