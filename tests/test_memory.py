@@ -121,16 +121,22 @@ def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
 
 
 @needs_kernelbench
-def test_an_output_whose_rows_are_not_the_batchs_is_not_split(fast, tmp_path):
-    """level1/16, A.T @ B with A of K rows and an output of M: the first input's rows are not the output's,
-    so the float64 reference is not chunked along them (taking the sample's rows of the output ended the
-    evaluation: a device-side assert on the H200, an IndexError here)."""
-    problem = KERNELBENCH / "level1" / "16_Matmul_with_transposed_A.py"
+def test_a_matrix_product_is_cut_where_each_chunk_upcasts_least(fast, tmp_path):
+    """level1/16, A.T @ B with A of K rows and an output of M: the first input's rows are not the output's, so
+    the float64 reference is not cut along them (taking the sample's rows of the output ended the evaluation: a
+    device-side assert on the H200, an IndexError here) but along A's columns, the output's rows (B, the smaller,
+    whole to every chunk); level1/2, A @ B with A smaller than B: by B's columns, the output's (cut by A's rows,
+    every chunk upcast the whole of B)."""
     options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
-    result = api.evaluate(problem, honest(problem, tmp_path), options,
-                          overrides=(("M", "128"), ("K", "2048"), ("N", "64")))
-    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
-    assert result.memory["reference"]["float64"] != "chunked"
+    for name, sizes, along in (
+            ("16_Matmul_with_transposed_A", (("M", "128"), ("K", "2048"), ("N", "64")), "input 0 dim 1; outputs' dim 0"),
+            ("2_Standard_matrix_multiplication_", (("M", "64"), ("K", "1024"), ("N", "512")), "input 1 dim 1; outputs' dim 1")):
+        problem = KERNELBENCH / "level1" / f"{name}.py"
+        result = api.evaluate(problem, honest(problem, tmp_path), options, overrides=sizes)
+        assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+        plan = result.memory["reference"]
+        assert plan["float64"] == "chunked" and plan["along"].startswith(along), plan
+        assert all(t.compared_to == "float64" for t in result.trials)
 
 
 def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast):
@@ -154,10 +160,16 @@ def test_a_failed_build_still_reports_both_processes_memory(fast):
     assert {"referee", "worker", "device_total_bytes", "footprint"} <= set(result.memory), list(result.memory)
 
 
-def test_a_model_mixing_rows_is_not_chunked(fast, tmp_path):
-    """x - x.mean(0): rows depend on each other, so rows alone differ from the full run: native truth."""
-    problem = problem_file(tmp_path, "centred", "x - x.mean(0, keepdim=True)", sizes="batch_size = 64\ndim = 16384")
+def test_a_model_mixing_rows_is_cut_by_columns_and_one_mixing_both_is_not_chunked(fast, tmp_path):
+    """x - x.mean(0): rows depend on each other, so rows alone differ from the full run, but columns alone do
+    not: chunks of columns. x - x.mean(): neither: native truth."""
     options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    problem = problem_file(tmp_path, "centred", "x - x.mean(0, keepdim=True)", sizes="batch_size = 64\ndim = 16384")
+    result = api.evaluate(problem, honest(problem, tmp_path), options)
+    assert result.verdict == "pass", result.findings
+    plan = result.memory["reference"]
+    assert plan["float64"] == "chunked" and plan["along"].startswith("input 0 dim 1; outputs' dim 1"), plan
+    problem = problem_file(tmp_path, "centred_whole", "x - x.mean()", sizes="batch_size = 64\ndim = 16384")
     result = api.evaluate(problem, honest(problem, tmp_path), options)
     assert result.verdict == "pass", result.findings
     assert result.memory["reference"]["float64"] == "native"

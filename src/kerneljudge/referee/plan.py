@@ -1,20 +1,22 @@
-"""The referee's memory plan for the float64 reference: whole, in chunks along the batch dimension, or
-not at all (the reference at its own precision is the truth then, and the report says why).
+"""The referee's memory plan for the float64 reference: whole, in chunks, or not at all (the reference at its
+own precision is the truth then, and the report says why).
 
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
 in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
 memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
-under 256 MB), the inputs are split along dimension 0 and the float64 reference runs chunk by chunk. That is only right
-for a batch-separable model (row i of the output depends on row i of the inputs alone), which is
-verified first on a secret sample of rows: the native reference on those rows alone must give the rows
-of its full output. The truth is kept in float32 where the output is not float64 (its rounding, 6e-8
-relative, is under a thousandth of the float32 tolerance), so it is no larger than the output.
+under 256 MB), the inputs are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
+operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
+(row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
+secret sample of positions: the native reference on those alone must give the same positions of its full output.
+The truth is kept in float32 where the output is not float64 (its rounding, 6e-8 relative, is under a thousandth
+of the float32 tolerance), so it is no larger than the output.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -61,7 +63,7 @@ class Float64Plan:
         self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
-        self.split: tuple[bool, ...] = ()  # which inputs are split into rows (the others go whole to every chunk)
+        self.split: Split | None = None  # how the chunks are cut, once found separable
 
     @property
     def usable(self) -> bool:
@@ -75,7 +77,7 @@ class Float64Plan:
         if self.reason is not None:
             return {"float64": "native", "why": self.reason}
         if self.chunks > 1:
-            return {"float64": "chunked", "chunks": self.chunks, "along": "dim 0 (verified on a secret sample of rows)"}
+            return {"float64": "chunked", "chunks": self.chunks, "along": self.split.describe() if self.split else "dim 0"}
         return {"float64": "full"}
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
@@ -107,7 +109,7 @@ class Float64Plan:
                 return None
         if self.separable is None:
             self.split = _separable_split(native, inputs, expected, self.chunks)
-            self.separable = bool(self.split)
+            self.separable = self.split is not None
             if not self.separable and self.need <= self.whole_limit:
                 self.chunks = 1  # rows depend on each other, but the whole run fits (else it gives up below)
                 return self.run(run64, native, inputs, expected)
@@ -116,8 +118,8 @@ class Float64Plan:
                          "along dimension 0")
             return None
         try:
-            batch = _batch(inputs)
-            self.chunks = math.ceil(batch / math.ceil(batch / self.chunks))  # as many as run (describe, sample)
+            size = self.split.size
+            self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
             return _chunked(run64, inputs, expected, self.chunks, self.split)
         except Exception as exc:  # noqa: BLE001
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
@@ -128,9 +130,9 @@ class Float64Plan:
         rows, a quarter of a chunk's worth: for a pass that only looks at values (the range probes' plan),
         which holds about four copies of its inputs at once (the call's own copy, a transform's two
         temporaries, its outputs) and would otherwise take more than the budget the chunks keep to."""
-        if self.chunks == 1 or not self.split:
+        if self.chunks == 1 or self.split is None:
             return inputs
-        count = max(1, math.ceil(_batch(inputs) / (SAMPLE_SHARE * self.chunks)))
+        count = max(1, math.ceil(self.split.size / (SAMPLE_SHARE * self.chunks)))
         return _rows(inputs, torch.arange(count), self.split)
 
 
@@ -150,77 +152,90 @@ def _kept(out64, expected):
     return out64
 
 
-def _batch(inputs: list) -> int | None:
-    """The batch size: dimension 0 of the first tensor input (None without one)."""
-    first = next((a for a in inputs if isinstance(a, torch.Tensor) and a.dim() > 0), None)
-    return None if first is None else first.shape[0]
+@dataclass(frozen=True)
+class Split:
+    """How the float64 run is cut into chunks: each input along its dimension in `dims` (None: whole to every
+    chunk), the outputs along `out_dim`, which is `size` long."""
+
+    dims: tuple[int | None, ...]
+    out_dim: int
+    size: int
+
+    def describe(self) -> str:
+        cut = ", ".join(f"input {i} dim {d}" for i, d in enumerate(self.dims) if d is not None)
+        return f"{cut}; outputs' dim {self.out_dim} (verified on a secret sample)"
 
 
-def _rows(inputs: list, index: torch.Tensor, split: tuple[bool, ...]) -> list:
-    """Copies of the inputs, restricted to the rows `index` where `split` says so (the others whole): the
-    reference may change its arguments, and the kept inputs are the candidate's."""
-    return [a.index_select(0, index.to(a.device)) if cut else clone_args([a])[0] for a, cut in zip(inputs, split)]
+def _rows(inputs: list, index: torch.Tensor, split: Split) -> list:
+    """Copies of the inputs, restricted to the positions `index` along their split dimension (the others
+    whole): the reference may change its arguments, and the kept inputs are the candidate's."""
+    return [a.index_select(d, index.to(a.device)) if d is not None else clone_args([a])[0]
+            for a, d in zip(inputs, split.dims)]
 
 
-def _splits(inputs: list, batch: int) -> list[tuple[bool, ...]]:
-    """The ways to split the inputs into rows, tried in turn: every tensor whose dimension 0 is the batch
-    (x and its mask), then the first one alone (a matrix product's left operand: B in A @ B is needed whole
-    by every row, however square)."""
-    rowed = tuple(isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] == batch for a in inputs)
-    first = tuple(i == rowed.index(True) for i in range(len(inputs))) if any(rowed) else ()
-    return [s for s in dict.fromkeys([rowed, first]) if any(s)]
-
-
-def _out_rows(out, index: torch.Tensor) -> list | None:
+def _outputs(out) -> list | None:
     tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
-    if tensors is None or not all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
-        return None
-    return [t.index_select(0, index.to(t.device)) for t in tensors]
+    return tensors if tensors and all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors) else None
 
 
-def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> tuple[bool, ...]:
-    """The first split (`_splits`) under which the rows are separable, checked on a secret sample of rows
-    (SEPARABLE_SAMPLE_ROWS, compared block by block, so its float64 copies stay small): the native reference
-    run on them alone gives the same rows as the full run. Empty when none is (a run that raises on the
-    rows, a shape that does not fit, is not separable)."""
-    batch = _batch(inputs)
-    if batch is None or batch < 2:
-        return ()
-    count = max(1, min(batch - 1, math.ceil(batch / chunks), SEPARABLE_SAMPLE_ROWS))
+def _splits(inputs: list, expected) -> list[Split]:
+    """The ways to cut the float64 run, cheapest first (by the bytes each chunk gets whole, upcast): every tensor
+    whose dimension 0 is the first one's (x and its mask), the first alone (a matrix product's left operand by
+    rows), and any one input along its first or last dimension with the outputs along theirs of that length (a
+    matrix product's right operand by columns, as the output's: A @ B cut by A's rows upcasts all of B for each
+    chunk, by B's columns all of A). Ties keep that order."""
+    outs = _outputs(expected)
+    tensors = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.dim() > 0]
+    if outs is None or not tensors:
+        return []
+    batch = inputs[tensors[0]].shape[0]
+    found = [Split(tuple(0 if i in tensors and inputs[i].shape[0] == batch else None for i in range(len(inputs))), 0, batch),
+             Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
+    for i in tensors:
+        for d in dict.fromkeys((0, inputs[i].dim() - 1)):
+            for e in dict.fromkeys((0, outs[0].dim() - 1)):
+                found.append(Split(tuple(d if j == i else None for j in range(len(inputs))), e, inputs[i].shape[d]))
+    usable = [s for s in dict.fromkeys(found)
+              if s.size > 1 and all(t.dim() > s.out_dim and t.shape[s.out_dim] == s.size for t in outs)]
+    return sorted(usable, key=lambda s: sum(memory.tensor_bytes([a]) for a, d in zip(inputs, s.dims) if d is None))
+
+
+def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> Split | None:
+    """The first split (`_splits`) under which the chunks are separable, checked on a secret sample of positions
+    (SEPARABLE_SAMPLE_ROWS, compared block by block, so its float64 copies stay small): the native reference run
+    on them alone gives the same positions of the outputs as the full run. None when none is (a run that raises
+    on the sample, a shape that does not fit, is not separable). Only splits whose outputs' dimension has the
+    split's length are tried (an index past the output's rows is a device-side assert on a GPU, poisoning the
+    process; seen with A.T @ B, level1/16, whose output has M rows and A has K)."""
+    want_all = _outputs(expected)
     generator = torch.Generator().manual_seed(secrets.randbits(63))
-    index = torch.randperm(batch, generator=generator)[:count].sort().values
-    # rows of the output are the batch's only where its dimension 0 is the batch: asked before any row is
-    # taken (an index past the output's rows is a device-side assert on a GPU, poisoning the process; seen
-    # with A.T @ B, level1/16, whose output has M rows and A has K)
-    if _out_rows(expected, torch.arange(0)) is None or any(
-            t.shape[0] != batch for t in ([expected] if isinstance(expected, torch.Tensor) else expected)):
-        return ()
-    want = _out_rows(expected, index)
-    for split in _splits(inputs, batch):
+    for split in _splits(inputs, expected):
+        count = max(1, min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
+        index = torch.randperm(split.size, generator=generator)[:count].sort().values
+        want = [t.index_select(split.out_dim, index.to(t.device)) for t in want_all]
         try:
-            got = _out_rows(native(_rows(inputs, index, split)), torch.arange(count))
-        except Exception:  # noqa: BLE001 - these rows alone do not make a valid call: not this split
+            got = _outputs(native(_rows(inputs, index, split)))
+        except Exception:  # noqa: BLE001 - these positions alone do not make a valid call: not this split
             continue
         if got is not None and len(got) == len(want) and all(
                 g.shape == w.shape and all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE,
                                                           equal_nan=True) for _, (x, y) in float64_blocks(g, w))
                 for g, w in zip(got, want)):
             return split
-    return ()
+    return None
 
 
-def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: tuple[bool, ...]):
-    """The float64 reference chunk by chunk along dimension 0, written into tensors shaped like the native
-    outputs, in float32 (float64 where the native output is float64)."""
-    batch = _batch(inputs)
-    natives = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split):
+    """The float64 reference chunk by chunk along the split, written into tensors shaped like the native outputs,
+    in float32 (float64 where the native output is float64)."""
+    natives = _outputs(expected)
     truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
                          device=t.device) for t in natives]
-    step = math.ceil(batch / chunks)
-    for begin in range(0, batch, step):
-        count = min(step, batch - begin)  # the chunk's rows are upcast from views: no float32 copy of them first
-        out = run64(_upcast_copy([a.narrow(0, begin, count) if cut else a for a, cut in zip(inputs, split)]))
-        for whole, part in zip(truth, [out] if isinstance(out, torch.Tensor) else list(out)):
-            whole[begin:begin + count].copy_(part)
+    step = math.ceil(split.size / chunks)
+    for begin in range(0, split.size, step):
+        count = min(step, split.size - begin)  # the chunk is upcast from views: no float32 copy of it first
+        out = run64(_upcast_copy([a.narrow(d, begin, count) if d is not None else a for a, d in zip(inputs, split.dims)]))
+        for whole, part in zip(truth, _outputs(out)):
+            whole.narrow(split.out_dim, begin, count).copy_(part)
         del out
     return truth[0] if isinstance(expected, torch.Tensor) else tuple(truth)
