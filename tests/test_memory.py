@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import codes
 
 from kerneljudge import api, isolation
@@ -338,3 +339,33 @@ def test_the_first_calls_poisoned_blocks_are_the_outputs_size_not_the_inputs(fas
         points.append((result.memory["footprint"]["total_bytes"], worker["rss_peak_bytes"] - worker["rss_baseline_bytes"]))
     (f0, w0), (f1, w1) = points
     assert (w1 - w0) / (f1 - f0) <= WORKER_FIRST_CALL_GROWTH, points
+
+
+def test_a_model_whose_positions_depend_on_one_other_is_never_cut():
+    """x / x.abs().max() with its rows in pairs: a secret sample of columns passes whenever it holds the largest
+    one (half the draws), so the chosen cut is checked over its very chunks (`plan._chunks_agree`): never cut,
+    and the native reference is the truth; a sigmoid is still cut."""
+    from kerneljudge.referee.plan import Float64Plan
+
+    def planned(model, x):
+        plan = Float64Plan(torch.device("cpu"), None)
+        plan.chunks, plan.need, plan.whole_limit = 4, 1 << 40, 0  # over the budget, and too large whole
+        truth = plan.run(lambda args: model(*args), lambda args: model(*args), [x], model(x))
+        return plan.describe(), truth
+
+    for _ in range(8):
+        plan, truth = planned(lambda x: x / x.abs().max(), torch.randn(4096, 2))
+        assert plan["float64"] == "native" and truth is None, plan
+    x = torch.randn(256, 64)
+    plan, truth = planned(torch.sigmoid, x)
+    assert plan["float64"] == "chunked" and torch.allclose(truth.double(), torch.sigmoid(x.double()), atol=1e-7), plan
+
+
+def test_an_index_input_is_never_left_whole_beside_a_cut_one():
+    """x[:, perm]: a cut of x's columns with perm whole makes perm index past the chunk (a device-side assert on a
+    GPU, poisoning the referee): only the row cuts (perm's length is not the batch's) and perm's own are tried."""
+    from kerneljudge.referee.plan import _splits
+
+    x, perm = torch.randn(512, 256), torch.randperm(256)
+    splits = _splits([x, perm], x[:, perm].softmax(0))
+    assert splits and all(s.dims[1] is not None or s.dims == (0, None) for s in splits), splits

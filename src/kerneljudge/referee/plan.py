@@ -9,7 +9,8 @@ operand by its columns) and the float64 reference runs chunk by chunk. That is o
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
 secret sample of positions: the native reference on those alone must give the same positions of its full output.
 The truth is kept in float32 where the output is not float64 (its rounding, 6e-8 relative, is under a thousandth
-of the float32 tolerance), so it is no larger than the output.
+of the float32 tolerance), so it is no larger than the output. The chosen cut is then checked whole: the native
+reference run over the very chunks must give its full output (`_chunks_agree`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ BUDGET_SHARE = 0.25  # of the memory free after the native reference ran: the re
 # native share 1; chunks of an eighth of it keep that to a quarter of a footprint, for a few more calls.
 NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
-SEPARABLE_SAMPLE_ROWS = 32  # rows in that secret sample (at most a chunk's): rows that depend on others show in a few
+SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
 CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
@@ -77,7 +78,8 @@ class Float64Plan:
         if self.reason is not None:
             return {"float64": "native", "why": self.reason}
         if self.chunks > 1:
-            return {"float64": "chunked", "chunks": self.chunks, "along": self.split.describe() if self.split else "dim 0"}
+            return {"float64": "chunked", "chunks": self.chunks,
+                    "along": self.split.describe() if self.split else "not chosen yet"}
         return {"float64": "full"}
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
@@ -109,25 +111,28 @@ class Float64Plan:
                 return None
         if self.separable is None:
             self.split = _separable_split(native, inputs, expected, self.chunks)
+            if self.split is not None:
+                size = self.split.size
+                self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
+                if not _chunks_agree(native, inputs, expected, self.chunks, self.split):
+                    self.split = None
             self.separable = self.split is not None
             if not self.separable and self.need <= self.whole_limit:
-                self.chunks = 1  # rows depend on each other, but the whole run fits (else it gives up below)
+                self.chunks = 1  # positions depend on each other, but the whole run fits (else it gives up below)
                 return self.run(run64, native, inputs, expected)
         if not self.separable:
             self.give_up("the float64 reference does not fit in memory and the model is not separable "
-                         "along dimension 0")
+                         "along a dimension of its inputs")
             return None
         try:
-            size = self.split.size
-            self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
             return _chunked(run64, inputs, expected, self.chunks, self.split)
         except Exception as exc:  # noqa: BLE001
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
             return None
 
     def sample(self, inputs: list) -> list:
-        """`inputs`, or where the float64 reference runs in chunks (its rows verified separable) their first
-        rows, a quarter of a chunk's worth: for a pass that only looks at values (the range probes' plan),
+        """`inputs`, or where the float64 reference runs in chunks (verified separable) their first positions
+        along the split, a quarter of a chunk's worth: for a pass that only looks at values (the range probes' plan),
         which holds about four copies of its inputs at once (the call's own copy, a transform's two
         temporaries, its outputs) and would otherwise take more than the budget the chunks keep to."""
         if self.chunks == 1 or self.split is None:
@@ -191,7 +196,10 @@ def _splits(inputs: list, expected) -> list[Split]:
     batch = inputs[tensors[0]].shape[0]
     found = [Split(tuple(0 if i in tensors and inputs[i].shape[0] == batch else None for i in range(len(inputs))), 0, batch),
              Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
+    integer_inputs = [j for j in tensors if not inputs[j].is_floating_point()]
     for i in tensors:
+        if integer_inputs and integer_inputs != [i]:  # an index input left whole beside a cut one: on a GPU, a
+            continue  # sample it indexes past is a device-side assert, poisoning the process
         for d in dict.fromkeys((0, inputs[i].dim() - 1)):
             for e in dict.fromkeys((0, outs[0].dim() - 1)):
                 found.append(Split(tuple(d if j == i else None for j in range(len(inputs))), e, inputs[i].shape[d]))
@@ -225,16 +233,31 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
     return None
 
 
-def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split):
-    """The float64 reference chunk by chunk along the split, written into tensors shaped like the native outputs,
-    in float32 (float64 where the native output is float64)."""
+def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split) -> bool:
+    """Whether the native reference run chunk by chunk, over the very chunks the float64 run will take, gives its
+    full output (to SEPARABLE_TOLERANCE): the secret sample misses a model whose positions depend on one other
+    position (x / x.abs().max(), an anchor column) whenever the sample holds it, as likely as a chunk is long
+    over the dimension's length (half the draws of such a model cut in two passed, their truth wrong)."""
+    try:
+        assembled = _outputs(_chunked(native, inputs, expected, chunks, split, upcast=False))
+    except Exception:  # noqa: BLE001 - the chunks alone do not make valid calls
+        return False
+    return all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE, equal_nan=True)
+               for got, want in zip(assembled, _outputs(expected)) for _, (x, y) in float64_blocks(got, want))
+
+
+def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split, *, upcast: bool = True):
+    """The float64 reference chunk by chunk along the split (`upcast` False: the given run on copies of the
+    chunks as they are), written into tensors shaped like the native outputs, in float32 (float64 where the native
+    output is float64)."""
     natives = _outputs(expected)
     truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
                          device=t.device) for t in natives]
     step = math.ceil(split.size / chunks)
     for begin in range(0, split.size, step):
         count = min(step, split.size - begin)  # the chunk is upcast from views: no float32 copy of it first
-        out = run64(_upcast_copy([a.narrow(d, begin, count) if d is not None else a for a, d in zip(inputs, split.dims)]))
+        chunk = [a.narrow(d, begin, count) if d is not None else a for a, d in zip(inputs, split.dims)]
+        out = run64(_upcast_copy(chunk) if upcast else clone_args(chunk))
         for whole, part in zip(truth, _outputs(out)):
             whole.narrow(split.out_dim, begin, count).copy_(part)
         del out

@@ -130,7 +130,7 @@ class RefereeSession:
 
     def expect(self, draw: Callable[[], list], float64: bool = True) -> Expectation:
         """The inputs `draw` gives and the reference's outputs for them: native, then float64 as the plan allows
-        (whole, in chunks along the batch dimension, or not at all: a stochastic reference's float64 draws
+        (whole, in chunks along a dimension of its inputs, or not at all: a stochastic reference's float64 draws
         differ from its own, and a reference that builds tensors in the default dtype cannot run in float64).
         Inputs of UNCOPIED_FROM_BYTES or more go to the native reference as they are where nothing else holds
         them (proc/inputs.owned), not as copies (a second footprint of a large input beside them: level1/47's
