@@ -168,7 +168,7 @@ class Split:
 
     def describe(self) -> str:
         cut = ", ".join(f"input {i} dim {d}" for i, d in enumerate(self.dims) if d is not None)
-        return f"{cut}; outputs' dim {self.out_dim} (verified on a secret sample)"
+        return f"{cut}; outputs' dim {self.out_dim} (verified on a secret sample, then over the chunks)"
 
 
 def _rows(inputs: list, index: torch.Tensor, split: Split) -> list:
@@ -225,12 +225,17 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
             got = _outputs(native(_rows(inputs, index, split)))
         except Exception:  # noqa: BLE001 - these positions alone do not make a valid call: not this split
             continue
-        if got is not None and len(got) == len(want) and all(
-                g.shape == w.shape and all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE,
-                                                          equal_nan=True) for _, (x, y) in float64_blocks(g, w))
-                for g, w in zip(got, want)):
+        if _agree(got, want):
             return split
     return None
+
+
+def _agree(got: list | None, want: list) -> bool:
+    """The same outputs, shape for shape, to SEPARABLE_TOLERANCE (compared block by block in float64)."""
+    return got is not None and len(got) == len(want) and all(
+        g.shape == w.shape and all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE,
+                                                  equal_nan=True) for _, (x, y) in float64_blocks(g, w))
+        for g, w in zip(got, want))
 
 
 def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split) -> bool:
@@ -242,8 +247,7 @@ def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, chunks:
         assembled = _outputs(_chunked(native, inputs, expected, chunks, split, upcast=False))
     except Exception:  # noqa: BLE001 - the chunks alone do not make valid calls
         return False
-    return all(torch.allclose(x, y, rtol=SEPARABLE_TOLERANCE, atol=SEPARABLE_TOLERANCE, equal_nan=True)
-               for got, want in zip(assembled, _outputs(expected)) for _, (x, y) in float64_blocks(got, want))
+    return _agree(assembled, _outputs(expected))
 
 
 def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split, *, upcast: bool = True):
