@@ -369,3 +369,69 @@ def test_an_index_input_is_never_left_whole_beside_a_cut_one():
     x, perm = torch.randn(512, 256), torch.randperm(256)
     splits = _splits([x, perm], x[:, perm].softmax(0))
     assert splits and all(s.dims[1] is not None or s.dims == (0, None) for s in splits), splits
+
+
+GEMM_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.gemm = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.gemm(x))
+
+
+batch_size = 64
+features = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+
+def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_under_its_multiple(tmp_path, monkeypatch):
+    """A Gemm whose weight is most of its footprint, held at one precision at a time (as one of 256 MiB or more is):
+    its float64 parameters take twice the native ones, so the float64 run whole (its inputs, activations and
+    outputs upcast) put level2's Gemm rows at 3.1-3.3x on the GPU. Its run is cut by rows into at most 8 chunks
+    (`plan.PLANNED_MULTIPLE`), and the truth is the whole run's; a reference keeping a float64 copy beside it
+    (small parameters) and a footprint with room to spare run whole, as before."""
+    from kerneljudge.referee import plan as planning
+    from kerneljudge.referee import precision
+    from kerneljudge.referee.session import RefereeSession
+    from kerneljudge.worker.build import import_problem
+
+    path = tmp_path / "gemm.py"
+    path.write_text(GEMM_PROBLEM)
+    module = import_problem(str(path), GEMM_PROBLEM, {})
+    whole = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)
+    held = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    for session in (whole, held):
+        session.draw(3)
+    assert whole.plan.describe() == {"float64": "full"}, whole.plan.describe()
+    described = held.plan.describe()
+    assert described["float64"] == "chunked" and 1 < described["chunks"] <= planning.PARAMETER_HEAVY_CHUNKS_AT_MOST
+    assert described["along"].startswith("input 0 dim 0; outputs' dim 0"), described
+    a, b = whole.kept.pop(3), held.kept.pop(3)
+    assert torch.equal(a.expected, b.expected) and torch.allclose(a.expected64, b.expected64, rtol=0, atol=1e-6)
+
+    def chunks(sizes: dict[str, int], reserved: int) -> int:
+        sized = planning.Float64Plan(torch.device("cpu"), None)
+        sized.size(dict(sizes, total_bytes=sum(sizes.values())), torch.device("cpu"), reserved)
+        return sized.chunks
+
+    mib = 1 << 20
+    gemm = {"parameters_bytes": 256 * mib, "inputs_bytes": 32 * mib, "outputs_bytes": 32 * mib,
+            "activations_bytes": 32 * mib}  # level2/12 at full size on the GPU
+    assert chunks(gemm, 0) == 1 and 1 < chunks(gemm, gemm["parameters_bytes"]) <= planning.PARAMETER_HEAVY_CHUNKS_AT_MOST
+    wide = dict(gemm, activations_bytes=4096 * mib)  # the judge's least need far under the multiple: as before
+    assert chunks(wide, wide["parameters_bytes"]) == chunks(wide, 0) == 16  # an eighth of the native run each

@@ -4,7 +4,8 @@ own precision is the truth then, and the report says why).
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
 in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
 memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
-under 256 MB), the inputs are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
+under 256 MB, or where the reference's float64 parameters take most of the room, what keeps the judge's least
+need and the run within 2.75 footprints), the inputs are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
 operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
 secret sample of positions: the native reference on those alone must give the same positions of its full output.
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from kerneljudge.memtally import least_need_bytes
 from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import clone_args
 from kerneljudge.referee.compare import float64_blocks
@@ -34,7 +36,12 @@ NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
-CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked
+CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked, but where:
+# the reference is held at one precision at a time (referee/precision.py: its float64 parameters take twice its
+# native ones), the floor is what the judge's least need (memtally.least_need_bytes) leaves of this many
+# footprints, so that its peak stays under 3x (level2's 256 MiB Gemm weights: 3.1-3.3x with the run whole) ...
+PLANNED_MULTIPLE = 2.75
+PARAMETER_HEAVY_CHUNKS_AT_MOST = 8  # ... in at most this many chunks (each a call of the float64 reference)
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
 
 
@@ -85,8 +92,8 @@ class Float64Plan:
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least CHUNK_FLOOR_BYTES; a model found not separable runs whole if that fits BUDGET_SHARE of the free
-        memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
+        least CHUNK_FLOOR_BYTES (for a reference held at one precision at a time, what PLANNED_MULTIPLE leaves);
+        a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
         parameters, where it is converted in place: referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
@@ -94,7 +101,11 @@ class Float64Plan:
         if self.budget_bytes is not None:
             budget = self.whole_limit = self.budget_bytes
         else:
-            budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), CHUNK_FLOOR_BYTES), free_share
+            floor = CHUNK_FLOOR_BYTES
+            if reserved_bytes:  # the float64 parameters (twice the native ones) leave the run little room
+                left = int(PLANNED_MULTIPLE * footprint["total_bytes"]) - least_need_bytes(footprint)
+                floor = min(floor, max(left, need // PARAMETER_HEAVY_CHUNKS_AT_MOST, 1))
+            budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
         self.need = need
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 

@@ -31,6 +31,8 @@ converted through host memory comes back as it was before the float64 run (the n
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -93,6 +95,23 @@ class Precisions:
             self.native()
             return None
         return self.model
+
+    @contextmanager
+    def state_kept(self) -> Iterator[torch.nn.Module]:
+        """The native model, whose buffers and plain tensor attributes are put back as they are now once the block
+        ends (each object, with its values): the float64 plan's extra native calls (its separability checks) must
+        not move a reference that carries state from call to call (level3/33's hidden state) past the
+        candidate's, which only the draws move."""
+        model = self.native()
+        kept = [(m._buffers, name, b, b.clone()) for m in model.modules() for name, b in m._buffers.items()
+                if b is not None] + [(m.__dict__, name, t, t.clone()) for m, name, t in _tensor_attributes(model)]
+        try:
+            yield model
+        finally:
+            with torch.inference_mode():  # (a tensor made by an earlier forward is an inference tensor)
+                for holder, name, value, values in kept:
+                    holder[name] = value
+                    value.copy_(values)
 
     def changed(self, names: list[str]) -> None:
         """The native entries `names` changed: a kept float64 copy takes them (upcast in place: a new copy of

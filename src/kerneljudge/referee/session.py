@@ -156,11 +156,15 @@ class RefereeSession:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
         if float64 and self.plan.usable and self.float64() is not None:
-            expected64 = self.plan.run(lambda args: self.run(self.float64(), args),
-                                       lambda args: self.run(self.native(), args), inputs, expected)
+            expected64 = self.plan.run(lambda args: self.run(self.float64(), args), self._native_aside, inputs, expected)
             if self.plan.need > CHUNK_FLOOR_BYTES:
                 self._release()
         return Expectation(inputs, expected, expected64)
+
+    def _native_aside(self, args: list):
+        """A native call that leaves the reference's state as it was (the float64 plan's checks)."""
+        with self.reference.state_kept() as model:
+            return self.run(model, args)
 
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
