@@ -419,7 +419,7 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
         session.draw(3)
     assert whole.plan.describe() == {"float64": "full"}, whole.plan.describe()
     described = held.plan.describe()
-    assert described["float64"] == "chunked" and 1 < described["chunks"] <= planning.PARAMETER_HEAVY_CHUNKS_AT_MOST
+    assert described["float64"] == "chunked" and 1 < described["chunks"] <= planning.PARAMETER_HEAVY_CHUNKS
     assert described["along"].startswith("input 0 dim 0; outputs' dim 0"), described
     a, b = whole.kept.pop(3), held.kept.pop(3)
     assert torch.equal(a.expected, b.expected) and torch.allclose(a.expected64, b.expected64, rtol=0, atol=1e-6)
@@ -432,6 +432,55 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     mib = 1 << 20
     gemm = {"parameters_bytes": 256 * mib, "inputs_bytes": 32 * mib, "outputs_bytes": 32 * mib,
             "activations_bytes": 32 * mib}  # level2/12 at full size on the GPU
-    assert chunks(gemm, 0) == 1 and 1 < chunks(gemm, gemm["parameters_bytes"]) <= planning.PARAMETER_HEAVY_CHUNKS_AT_MOST
+    assert chunks(gemm, 0) == 1 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
+    small_run = dict(gemm, inputs_bytes=mib, outputs_bytes=mib, activations_bytes=0)  # 4 MiB beside 258
+    assert chunks(small_run, small_run["parameters_bytes"]) == 1
     wide = dict(gemm, activations_bytes=4096 * mib)  # the judge's least need far under the multiple: as before
     assert chunks(wide, wide["parameters_bytes"]) == chunks(wide, 0) == 16  # an eighth of the native run each
+
+
+COUNTING_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gemm = nn.Linear(64, 64)
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return self.gemm(x) * (self.count < 2)
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_plans_checks_leave_a_stateful_reference_as_it_was_and_still_see_its_state_move(tmp_path, monkeypatch):
+    """A reference whose output depends on how often it was called: the float64 plan's separability checks call
+    it beside the draws. They follow each other as the float64 chunks would, so the state moving between them is
+    seen (not cut: the native reference is the truth, as before), and the reference's state is put back after
+    them, so its native calls stay in step with the candidate's (one per draw)."""
+    from kerneljudge.referee import precision
+    from kerneljudge.referee.session import RefereeSession
+    from kerneljudge.worker.build import import_problem
+
+    path = tmp_path / "counting.py"
+    path.write_text(COUNTING_PROBLEM)
+    module = import_problem(str(path), COUNTING_PROBLEM, {})
+    monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)
+    session = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    session.plan.budget_bytes = 4096  # the float64 run in chunks
+    session.draw(3)
+    assert session.plan.describe()["float64"] == "native", session.plan.describe()
+    assert session.native().count.item() == 1  # the draw's own native call alone
+    expectation = session.kept.pop(3)
+    assert torch.count_nonzero(expectation.expected) == expectation.expected.numel()

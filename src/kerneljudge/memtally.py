@@ -23,14 +23,6 @@ from typing import Any
 MAX_BYTES = 1 << 60  # no device holds an exabyte: a larger claim is malformed
 
 
-def least_need_bytes(sizes: dict[str, int]) -> int:
-    """What the two processes must hold at once at the least, from a problem's `parameters_bytes`, `inputs_bytes`
-    and `outputs_bytes` (an estimate or a footprint): the parameters three times (the worker's, and the referee's
-    float64 ones, twice its native ones, or both precisions), the inputs twice (each process draws its own) and the
-    outputs three times (the candidate's, the reference's and the float64 truth, kept at the output's precision)."""
-    return 3 * sizes["parameters_bytes"] + 2 * sizes["inputs_bytes"] + 3 * sizes["outputs_bytes"]
-
-
 @dataclass(frozen=True)
 class Span:
     """A stretch of one process's life, in the judge's count of sends and replies, and its memory in it."""

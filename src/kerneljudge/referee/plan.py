@@ -4,8 +4,8 @@ own precision is the truth then, and the report says why).
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
 in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
 memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
-under 256 MB, or where the reference's float64 parameters take most of the room, what keeps the judge's least
-need and the run within 2.5 footprints), the inputs are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
+under 256 MB, or for a reference whose float64 parameters take most of the room, an eighth of the run), the inputs
+are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
 operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
 secret sample of positions: the native reference on those alone must give the same positions of its full output.
@@ -16,14 +16,14 @@ reference run over the very chunks must give its full output (`_chunks_agree`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 
-from kerneljudge.memtally import least_need_bytes
 from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import clone_args
 from kerneljudge.referee.compare import float64_blocks
@@ -36,14 +36,11 @@ NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
-CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked, but where:
-# the reference is held at one precision at a time (referee/precision.py: its float64 parameters take twice its
-# native ones), the floor is what the judge's least need (memtally.least_need_bytes) leaves of this many
-# footprints, so that its peak stays under 3x (level2's 256 MiB Gemm weights: 3.1-3.3x with the run whole; the
-# processes' own working memory, cuBLAS's workspace among it, is beyond the least need: at 2.75 footprints, 2 chunks
-# left level2/12 at 3.16x on an H100) ...
-PLANNED_MULTIPLE = 2.5
-PARAMETER_HEAVY_CHUNKS_AT_MOST = 8  # ... in at most this many chunks (each a call of the float64 reference)
+CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked, but where the reference is
+# held at one precision at a time (referee/precision.py: its float64 parameters take twice its native ones, the worker
+# holds them too, and that is most of the judge's peak), a run of at least an eighth of the footprint is cut into this
+# many chunks where no larger floor applies (level2's Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x)
+PARAMETER_HEAVY_CHUNKS = 8
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
 
 
@@ -94,8 +91,9 @@ class Float64Plan:
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least CHUNK_FLOOR_BYTES (for a reference held at one precision at a time, what PLANNED_MULTIPLE leaves);
-        a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
+        least CHUNK_FLOOR_BYTES (a run of a reference held at one precision at a time: PARAMETER_HEAVY_CHUNKS
+        chunks, where that floor is lower); a model found not separable runs whole if that fits BUDGET_SHARE of the
+        free memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
         parameters, where it is converted in place: referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
@@ -104,15 +102,17 @@ class Float64Plan:
             budget = self.whole_limit = self.budget_bytes
         else:
             floor = CHUNK_FLOOR_BYTES
-            if reserved_bytes:  # the float64 parameters (twice the native ones) leave the run little room
-                left = int(PLANNED_MULTIPLE * footprint["total_bytes"]) - least_need_bytes(footprint)
-                floor = min(floor, max(left, need // PARAMETER_HEAVY_CHUNKS_AT_MOST, 1))
+            if reserved_bytes and need * PARAMETER_HEAVY_CHUNKS >= footprint["total_bytes"]:
+                floor = min(floor, max(1, -(-need // PARAMETER_HEAVY_CHUNKS)))
             budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
         self.need = need
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 
-    def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected) -> Any:
-        """The float64 truth for `inputs` (None when the plan gives up on it: the reason is kept)."""
+    def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected,
+            checks_aside: Callable[[], ContextManager] = contextlib.nullcontext) -> Any:
+        """The float64 truth for `inputs` (None when the plan gives up on it: the reason is kept). The separability
+        checks' native calls run inside `checks_aside()`, which puts back the reference's state after them (the
+        calls follow each other as the float64 chunks do, so a model whose state moves between them is seen)."""
         if self.chunks == 1:
             try:
                 return _kept(run64(_upcast_copy(inputs)), expected)
@@ -123,12 +123,13 @@ class Float64Plan:
                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
                 return None
         if self.separable is None:
-            self.split = _separable_split(native, inputs, expected, self.chunks)
-            if self.split is not None:
-                size = self.split.size
-                self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
-                if not _chunks_agree(native, inputs, expected, self.chunks, self.split):
-                    self.split = None
+            with checks_aside():
+                self.split = _separable_split(native, inputs, expected, self.chunks)
+                if self.split is not None:
+                    size = self.split.size
+                    self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
+                    if not _chunks_agree(native, inputs, expected, self.chunks, self.split):
+                        self.split = None
             self.separable = self.split is not None
             if not self.separable and self.need <= self.whole_limit:
                 self.chunks = 1  # positions depend on each other, but the whole run fits (else it gives up below)

@@ -97,21 +97,27 @@ class Precisions:
         return self.model
 
     @contextmanager
-    def state_kept(self) -> Iterator[torch.nn.Module]:
-        """The native model, whose buffers and plain tensor attributes are put back as they are now once the block
-        ends (each object, with its values): the float64 plan's extra native calls (its separability checks) must
-        not move a reference that carries state from call to call (level3/33's hidden state) past the
-        candidate's, which only the draws move."""
-        model = self.native()
-        kept = [(m._buffers, name, b, b.clone()) for m in model.modules() for name, b in m._buffers.items()
-                if b is not None] + [(m.__dict__, name, t, t.clone()) for m, name, t in _tensor_attributes(model)]
+    def state_kept(self) -> Iterator[None]:
+        """Around calls of the native model that must leave it as they found it (the float64 plan's separability
+        checks: a reference carrying state from call to call, level3/33's hidden state, is otherwise moved past the
+        candidate's, which only the draws move): its buffers and plain tensor attributes are put back afterwards,
+        each object in its place, with its values where they changed. Not put back: parameters (a forward that
+        changes its own is not judged by chunks either way), entries over a parameter's memory, non-tensor
+        attributes, and entries a call adds."""
+        model = self.model
+        shared = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        entries = [(m._buffers, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
+        entries += [(m.__dict__, name, t) for m, name, t in _tensor_attributes(model)]
+        kept = [(holder, name, value, value.clone(), _version(value)) for holder, name, value in entries
+                if value.untyped_storage().data_ptr() not in shared]
         try:
-            yield model
+            yield
         finally:
             with torch.inference_mode():  # (a tensor made by an earlier forward is an inference tensor)
-                for holder, name, value, values in kept:
+                for holder, name, value, values, version in kept:
                     holder[name] = value
-                    value.copy_(values)
+                    if (not torch.equal(value, values)) if version is None else version != _version(value):
+                        value.copy_(values)
 
     def changed(self, names: list[str]) -> None:
         """The native entries `names` changed: a kept float64 copy takes them (upcast in place: a new copy of
@@ -133,6 +139,11 @@ class Precisions:
             module.__dict__[name] = value
         with torch.no_grad():
             self.model._apply(lambda t: self.staging.there(t) if t.is_floating_point() else t)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """A tensor's version counter (in-place changes move it); None for an inference tensor, which has none."""
+    return None if t.is_inference() else t._version
 
 
 def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:

@@ -7,8 +7,9 @@ candidate is the data the judge relays (output bytes and the facts the worker re
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -156,15 +157,19 @@ class RefereeSession:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
         if float64 and self.plan.usable and self.float64() is not None:
-            expected64 = self.plan.run(lambda args: self.run(self.float64(), args), self._native_aside, inputs, expected)
+            expected64 = self.plan.run(lambda args: self.run(self.float64(), args),
+                                       lambda args: self.run(self.native(), args), inputs, expected,
+                                       checks_aside=self._state_kept)
             if self.plan.need > CHUNK_FLOOR_BYTES:
                 self._release()
         return Expectation(inputs, expected, expected64)
 
-    def _native_aside(self, args: list):
-        """A native call that leaves the reference's state as it was (the float64 plan's checks)."""
-        with self.reference.state_kept() as model:
-            return self.run(model, args)
+    @contextmanager
+    def _state_kept(self) -> Iterator[None]:
+        """The reference at its own precision, its state put back after the block (precision.state_kept)."""
+        self.native()
+        with self.reference.state_kept():
+            yield
 
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state

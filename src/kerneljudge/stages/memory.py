@@ -18,13 +18,18 @@ from typing import Any
 
 from kerneljudge import protocol
 from kerneljudge.isolation import WorkerFailure
-from kerneljudge.memtally import MAX_BYTES, MemoryTally, least_need_bytes
+from kerneljudge.memtally import MAX_BYTES, MemoryTally
 from kerneljudge.records import Finding
 from kerneljudge.seeds import derive_seed
 from kerneljudge.stages.context import Judging, StageEnded
 
 STAGE = "worker"
 GB = 1e9
+
+
+def least_need_bytes(estimate: dict[str, int]) -> int:
+    """What the two processes must hold at once, at the least (see the module's docstring)."""
+    return 3 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
 
 
 def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, Any]) -> None:
