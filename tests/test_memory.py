@@ -484,3 +484,17 @@ def test_the_plans_checks_leave_a_stateful_reference_as_it_was_and_still_see_its
     assert session.native().count.item() == 1  # the draw's own native call alone
     expectation = session.kept.pop(3)
     assert torch.count_nonzero(expectation.expected) == expectation.expected.numel()
+
+
+def test_on_a_gpu_a_reference_of_16_mib_of_parameters_is_held_at_one_precision_on_a_cpu_only_from_256():
+    """A conversion to float64 and back takes milliseconds on a GPU, so there a model of 16 MiB or more is held at
+    one precision at a time (level3's small models keeping a float64 copy held three times their parameters in the
+    referee: 3.1-6.0x their footprints on an H100); on a CPU, where it costs 20-30 ms per 64 MB at every draw, only
+    one of 256 MiB or more."""
+    from kerneljudge.proc.memory import model_bytes
+    from kerneljudge.referee.precision import Precisions
+
+    mid, small = torch.nn.Linear(2048, 2048), torch.nn.Linear(256, 256)  # 16 MiB and 256 KiB of parameters
+    assert Precisions(mid, model_bytes(mid), torch.device("cuda")).one_at_a_time
+    assert not Precisions(mid, model_bytes(mid), torch.device("cpu")).one_at_a_time
+    assert not Precisions(small, model_bytes(small), torch.device("cuda")).one_at_a_time

@@ -838,7 +838,7 @@ def test_a_parameter_staged_through_host_memory_keeps_its_layout_and_every_chang
     monkeypatch.setattr(precision, "STAGED_FROM_BYTES", 0)
     model = Doubling()
     k = model.k.detach().clone()
-    held = precision.Precisions(model, precision.ONE_PRECISION_FROM_BYTES)
+    held = precision.Precisions(model, precision.ONE_PRECISION_FROM_BYTES, torch.device("cpu"))
     for value in (2.0, 4.0, 8.0):
         with torch.no_grad():
             held.native()(torch.ones(4))

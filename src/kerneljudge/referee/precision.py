@@ -12,8 +12,10 @@ ones are put aside while in float64 (its buffers made afresh from them at each c
 one float64 run to the next, copies of the model's as built at first, as the float64 copy kept its own), so what a
 forward does to them at float64 (a buffer it reassigns or changes in place, level3/33's hidden state) never
 reaches the native model.
-Each draw converts twice then (milliseconds on a GPU; 20-30 ms per 64 MB on a CPU, a quarter more time
-for such a problem's evaluation), so small models keep the copy: it costs under 2 x ONE_PRECISION_FROM_BYTES.
+Each draw converts twice then: 20-30 ms per 64 MB on a CPU (a quarter more time for such a problem's evaluation), so
+there models under ONE_PRECISION_FROM_BYTES keep the copy; milliseconds on a GPU, where only models under
+ONE_PRECISION_ON_GPU_FROM_BYTES keep it (level3's small models held three times their parameters in the referee and
+peaked at 3.1-6.0x their footprint on an H100 with the GPU's threshold at 256 MiB).
 
 On a GPU a parameter of STAGED_FROM_BYTES or more goes through host memory (`_Staging`): its native values are
 copied out and its device memory let go before its float64 one is made, and the way back is made from that host
@@ -37,15 +39,17 @@ from typing import Iterator
 import torch
 
 ONE_PRECISION_FROM_BYTES = 256 << 20  # parameters and buffers from this size on are held at one precision at a time
+ONE_PRECISION_ON_GPU_FROM_BYTES = 16 << 20  # ... on a GPU
 STAGED_FROM_BYTES = 16 << 20  # a GPU parameter this large is converted through host memory (`_Staging`)
 STAGED_DEVICES = ("cuda",)  # (on the CPU the host copy would be a second copy in the same memory)
 STAGE_CHUNK_BYTES = 64 << 20  # the device memory a staged parameter's upcast takes beside its float64 one
 
 
 class Precisions:
-    def __init__(self, model: torch.nn.Module, model_bytes: int):
+    def __init__(self, model: torch.nn.Module, model_bytes: int, device: torch.device):
         self.model = model
-        self.one_at_a_time = model_bytes >= ONE_PRECISION_FROM_BYTES
+        self.one_at_a_time = model_bytes >= (ONE_PRECISION_ON_GPU_FROM_BYTES if device.type == "cuda"
+                                             else ONE_PRECISION_FROM_BYTES)
         self.copy64: torch.nn.Module | None = None  # the float64 copy, where one is kept
         # while converted to float64: each parameter's own dtype, by (module, name), and the native buffers and
         # plain tensor attributes put aside, as (module, name, tensor); None: at its own precision

@@ -62,7 +62,7 @@ class RefereeSession:
         (see proc/rng)."""
         reference, _ = build_seeded(problem.Model, problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
-        session = cls(problem, device, Precisions(reference, memory.model_bytes(reference)), kernelbench,
+        session = cls(problem, device, Precisions(reference, memory.model_bytes(reference), device), kernelbench,
                       CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes))
         if not session.reference.one_at_a_time:
             session.float64()  # the copy made now, before any call changes the model's state (and sized with it)
