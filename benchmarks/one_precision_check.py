@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_sweep import KERNELBENCH, problems, small_sizes  # noqa: E402
 
+from kerneljudge.proc.inputs import equal_bits  # noqa: E402
 from kerneljudge.proc.perturb import Transform  # noqa: E402
 from kerneljudge.referee import plan, precision  # noqa: E402
 from kerneljudge.referee.session import RefereeSession  # noqa: E402
@@ -28,10 +29,9 @@ from kerneljudge.worker.build import import_problem  # noqa: E402
 
 
 def same(a, b) -> bool:
-    """Both None, or the same tensors (NaNs included) in the same structure, bit for bit."""
+    """Both None, or the same tensors in the same structure, bit for bit (NaNs, infinities and signed zeros too)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.isnan(), b.isnan()) and \
-            torch.equal(a.nan_to_num(), b.nan_to_num())
+        return a.shape == b.shape and a.dtype == b.dtype and equal_bits(a, b)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return a is None and b is None
@@ -43,26 +43,36 @@ def sessions(path: Path) -> tuple[RefereeSession, RefereeSession, str]:
     source = path.read_text()
     for spatial in (True, False):
         sizes = {name: ast.literal_eval(value) for name, value in small_sizes(path, spatial)}
-        module = import_problem(str(path), source, sizes)
         try:
-            plain, heavy_chunks = precision.ONE_PRECISION_FROM_BYTES, plan.PARAMETER_HEAVY_CHUNKS
-            try:
-                precision.ONE_PRECISION_FROM_BYTES = 1 << 62
-                kept = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
-                precision.ONE_PRECISION_FROM_BYTES = 0
-                held = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
-                # the held reference's float64 run planned as the copy's (not cut for being parameter-heavy), so the
-                # two truths are summed in the same order and compared bit for bit
-                plan.PARAMETER_HEAVY_CHUNKS = 1
-                for session in (kept, held):
-                    session.draw(1)
-            finally:
-                precision.ONE_PRECISION_FROM_BYTES, plan.PARAMETER_HEAVY_CHUNKS = plain, heavy_chunks
-            return kept, held, " ".join(f"{k}={v}" for k, v in sizes.items())
+            module = import_problem(str(path), source, sizes)
+            kept = built(module, 1 << 62)
         except Exception:  # noqa: BLE001 - sizes this problem's code refuses: the next tier
             if not spatial:
                 raise
+            continue
+        try:
+            held = built(module, 0)
+        except Exception as exc:  # noqa: BLE001 - where the copy works, a failure held is a difference
+            raise HeldFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}") from exc
+        return kept, held, " ".join(f"{k}={v}" for k, v in sizes.items())
     raise AssertionError("unreachable")
+
+
+class HeldFailed(Exception):
+    """The reference held at one precision failed where the one keeping a copy did not."""
+
+
+def built(module, one_precision_from_bytes: int) -> RefereeSession:
+    """The reference held at one precision from `one_precision_from_bytes` of parameters on, drawn once; its float64
+    run planned as a kept copy's (not cut for being parameter-heavy), so two truths are summed in the same order."""
+    plain, heavy_chunks = precision.ONE_PRECISION_FROM_BYTES, plan.PARAMETER_HEAVY_CHUNKS
+    try:
+        precision.ONE_PRECISION_FROM_BYTES, plan.PARAMETER_HEAVY_CHUNKS = one_precision_from_bytes, 1
+        session = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+        session.draw(1)
+        return session
+    finally:
+        precision.ONE_PRECISION_FROM_BYTES, plan.PARAMETER_HEAVY_CHUNKS = plain, heavy_chunks
 
 
 def check(path: Path) -> str:
@@ -79,6 +89,8 @@ def check(path: Path) -> str:
             findings.append(f"native differs after {step}")
         if a.expected64 is None and b.expected64 is not None:  # a copy whose forward reaches the native model
             notes.add(f"a float64 truth held alone; the copy's: {kept.plan.reason}")  # (a closure over its modules)
+        elif a.expected64 is None and b.expected64 is None:
+            notes.add("no float64 truth either way: only the native outputs compared")
         elif not same(a.expected64, b.expected64):
             findings.append(f"float64 differs after {step}")
 
@@ -111,6 +123,8 @@ def main() -> None:
         started = time.monotonic()
         try:
             line = check(path)
+        except HeldFailed as exc:
+            line = f"DIFFERS: the held reference failed ({exc}), the copy's did not"
         except Exception as exc:  # noqa: BLE001 - a problem that fails at small sizes is said, not fatal
             line = f"not checked: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         differ += "DIFFERS" in line

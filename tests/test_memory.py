@@ -413,7 +413,8 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     path.write_text(GEMM_PROBLEM)
     module = import_problem(str(path), GEMM_PROBLEM, {})
     whole = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
-    monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)
+    monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)  # this 1 MiB Gemm held and cut as a large one is
+    monkeypatch.setattr(planning, "PARAMETER_HEAVY_FROM_BYTES", 0)
     held = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
     for session in (whole, held):
         session.draw(3)
@@ -423,6 +424,8 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     assert described["along"].startswith("input 0 dim 0; outputs' dim 0"), described
     a, b = whole.kept.pop(3), held.kept.pop(3)
     assert torch.equal(a.expected, b.expected) and torch.allclose(a.expected64, b.expected64, rtol=0, atol=1e-6)
+
+    monkeypatch.undo()  # the plan's own thresholds from here on
 
     def chunks(sizes: dict[str, int], reserved: int) -> int:
         sized = planning.Float64Plan(torch.device("cpu"), None)
@@ -435,6 +438,8 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     assert chunks(gemm, 0) == 1 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
     small_run = dict(gemm, inputs_bytes=mib, outputs_bytes=mib, activations_bytes=0)  # 4 MiB beside 258
     assert chunks(small_run, small_run["parameters_bytes"]) == 1
+    smaller = dict(gemm, parameters_bytes=64 * mib)  # held on a GPU (16 MiB or more), but its run is kept whole
+    assert chunks(smaller, smaller["parameters_bytes"]) == 1
     wide = dict(gemm, activations_bytes=4096 * mib)  # the judge's least need far under the multiple: as before
     assert chunks(wide, wide["parameters_bytes"]) == chunks(wide, 0) == 16  # an eighth of the native run each
 

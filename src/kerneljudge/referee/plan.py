@@ -37,10 +37,12 @@ SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to t
 SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
 CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked, but where the reference is
-# held at one precision at a time (referee/precision.py: its float64 parameters take twice its native ones, the worker
-# holds them too, and that is most of the judge's peak), a run of at least an eighth of the footprint is cut into this
-# many chunks where no larger floor applies (level2's Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x)
+# held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more (referee/precision.py: its
+# float64 parameters take twice its native ones, the worker holds them too, and that is most of the judge's peak), a
+# run of at least an eighth of the footprint is cut into this many chunks where no larger floor applies (level2's
+# Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x; smaller models, tens of MB saved, keep their run whole)
 PARAMETER_HEAVY_CHUNKS = 8
+PARAMETER_HEAVY_FROM_BYTES = 256 << 20
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
 
 
@@ -91,10 +93,11 @@ class Float64Plan:
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least CHUNK_FLOOR_BYTES (a run of a reference held at one precision at a time: PARAMETER_HEAVY_CHUNKS
-        chunks, where that floor is lower); a model found not separable runs whole if that fits BUDGET_SHARE of the
-        free memory. `reserved_bytes`: memory the float64 run will take beyond what is allocated now (the reference's
-        parameters, where it is converted in place: referee/precision.py)."""
+        least CHUNK_FLOOR_BYTES (a run of a reference held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES
+        of parameters or more: PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower); a model found not separable
+        runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take
+        beyond what is allocated now (the reference's parameters, where it is converted in place:
+        referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
         free_share = int(max(0, memory.device_free_bytes(device) - reserved_bytes) * BUDGET_SHARE)
@@ -102,7 +105,9 @@ class Float64Plan:
             budget = self.whole_limit = self.budget_bytes
         else:
             floor = CHUNK_FLOOR_BYTES
-            if reserved_bytes and need * PARAMETER_HEAVY_CHUNKS >= footprint["total_bytes"]:
+            heavy = (0 < reserved_bytes and reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES  # (0: none held so)
+                     and need * PARAMETER_HEAVY_CHUNKS >= footprint["total_bytes"])
+            if heavy:
                 floor = min(floor, max(1, -(-need // PARAMETER_HEAVY_CHUNKS)))
             budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
         self.need = need
