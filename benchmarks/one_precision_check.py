@@ -10,7 +10,6 @@ Usage: PYTHONPATH=src python benchmarks/one_precision_check.py [--levels 3] [--o
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_sweep import KERNELBENCH, problems, small_sizes  # noqa: E402
 
+from kerneljudge.problem import load_problem  # noqa: E402
 from kerneljudge.proc.inputs import equal_bits  # noqa: E402
 from kerneljudge.proc.perturb import Transform  # noqa: E402
 from kerneljudge.referee import plan, precision  # noqa: E402
@@ -40,11 +40,11 @@ def same(a, b) -> bool:
 def sessions(path: Path) -> tuple[RefereeSession, RefereeSession, str]:
     """The reference keeping its float64 copy and the reference held at one precision, at the first small sizes
     its code accepts."""
-    source = path.read_text()
     for spatial in (True, False):
-        sizes = {name: ast.literal_eval(value) for name, value in small_sizes(path, spatial)}
         try:
-            module = import_problem(str(path), source, sizes)
+            problem = load_problem(path, overrides=small_sizes(path, spatial))
+            sizes = problem.overrides
+            module = import_problem(str(path), problem.source, problem.constants)
             kept = built(module, 1 << 62)
         except Exception:  # noqa: BLE001 - sizes this problem's code refuses: the next tier
             if not spatial:

@@ -11,11 +11,11 @@ Usage: PYTHONPATH=src python benchmarks/referee_peak.py PROBLEM [--device cuda] 
 from __future__ import annotations
 
 import argparse
-import ast
 from pathlib import Path
 
 import torch
 
+from kerneljudge.problem import load_problem
 from kerneljudge.referee.session import RefereeSession
 from kerneljudge.worker.build import import_problem
 
@@ -73,8 +73,8 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    sizes = {name: ast.literal_eval(value) for name, value in (s.split("=", 1) for s in args.set)}
-    module = import_problem(str(args.problem), args.problem.read_text(), sizes)
+    problem = load_problem(args.problem, overrides=tuple(tuple(s.split("=", 1)) for s in args.set))
+    module = import_problem(str(args.problem), problem.source, problem.constants)
     session = RefereeSession.build(module, device, 7, 8, kernelbench=False)
     session.draw(1, keep_inputs=True)
     session.kept.pop(1)

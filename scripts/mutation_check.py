@@ -144,7 +144,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            with contextlib.nullcontext():", (_k("tests/test_memory.py", "stateful"),),
              "the float64 plan's separability checks leave the reference's state moved past the candidate's"),
     Mutation("plan-parameter-heavy-whole", "referee/plan.py",
-             "            if heavy:", "            if False:", (_k("tests/test_memory.py", "parameter_heavy"),),
+             "            if reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES and", "            if False and", (_k("tests/test_memory.py", "parameter_heavy"),),
              "a parameter-heavy reference's float64 run whole (level2's Gemm rows 3.3x against 3.16x)"),
     Mutation("referee-staged-copy-kept-stale", "referee/precision.py",
              "        if self.synced.get(id(t)) != _state(t):", "        if id(t) not in self.synced:",

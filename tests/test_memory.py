@@ -414,7 +414,7 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     module = import_problem(str(path), GEMM_PROBLEM, {})
     whole = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
     monkeypatch.setattr(precision, "ONE_PRECISION_FROM_BYTES", 0)  # this 1 MiB Gemm held and cut as a large one is
-    monkeypatch.setattr(planning, "PARAMETER_HEAVY_FROM_BYTES", 0)
+    monkeypatch.setattr(planning, "PARAMETER_HEAVY_FROM_BYTES", 1)
     held = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
     for session in (whole, held):
         session.draw(3)

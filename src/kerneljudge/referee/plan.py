@@ -105,9 +105,8 @@ class Float64Plan:
             budget = self.whole_limit = self.budget_bytes
         else:
             floor = CHUNK_FLOOR_BYTES
-            heavy = (0 < reserved_bytes and reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES  # (0: none held so)
-                     and need * PARAMETER_HEAVY_CHUNKS >= footprint["total_bytes"])
-            if heavy:
+            total = footprint["total_bytes"]
+            if reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES and need * PARAMETER_HEAVY_CHUNKS >= total:
                 floor = min(floor, max(1, -(-need // PARAMETER_HEAVY_CHUNKS)))
             budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
         self.need = need

@@ -110,7 +110,7 @@ class Precisions:
         attributes, and entries a call adds."""
         model = self.model
         shared = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        entries = [(m._buffers, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
+        entries = [(m._buffers, name, b) for m, name, b in _buffers(model)]
         entries += [(m.__dict__, name, t) for m, name, t in _tensor_attributes(model)]
         kept = [(holder, name, value, value.clone(), _version(value)) for holder, name, value in entries
                 if value.untyped_storage().data_ptr() not in shared]
@@ -134,11 +134,9 @@ class Precisions:
                 state64[name].copy_(state[name])
 
     def _convert(self) -> None:
-        modules = list(self.model.modules())
-        self.native_dtypes = {(m, name): p.dtype for m in modules for name, p in m._parameters.items()
+        self.native_dtypes = {(m, name): p.dtype for m in self.model.modules() for name, p in m._parameters.items()
                               if p is not None and p.is_floating_point()}
-        self.put_aside = {"buffers": [(m, name, b) for m in modules for name, b in m._buffers.items() if b is not None],
-                          "attributes": _tensor_attributes(self.model)}
+        self.put_aside = {"buffers": _buffers(self.model), "attributes": _tensor_attributes(self.model)}
         for module, name, value in self.float64_attributes:
             module.__dict__[name] = value
         with torch.no_grad():
@@ -148,6 +146,11 @@ class Precisions:
 def _version(t: torch.Tensor) -> int | None:
     """A tensor's version counter (in-place changes move it); None for an inference tensor, which has none."""
     return None if t.is_inference() else t._version
+
+
+def _buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    """The buffers a model's modules hold (an entry set to None is none)."""
+    return [(m, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
 
 
 def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
