@@ -228,7 +228,15 @@ def write_doc() -> None:
                          "and 34 11-14x), then the Gemm/Matmul rows of level2 and the MLPs of level3 with a "
                          "parameter-heavy reference's float64 run cut into chunks (3.2-3.3x to 2.8-3.2x; measured with "
                          "that rule's first two versions, 2 to 8 chunks, not with the committed one, 8): 60 rows "
-                         "above 3x, from 94.", ""],
+                         "above 3x, from 94. Twentieth session, on an H100 (`--redo`): level3's models with a "
+                         "reference of 16 MiB of parameters or more held at one precision at a time on a GPU "
+                         "(ResNet101 3.53x to 2.9x, DenseNet201 3.11x to 2.65x, ResNet18 5.99x to 4.5x, "
+                         "VisionTransformer 5.3x to 3.98x); then the rows of large outputs and the matrix products "
+                         "with the candidate's output compared where the worker holds it (no copy in the referee) and "
+                         "a float64 run cut from half the footprint (64-256 MiB): level1/7 and 9 4.03x to 3.14x, "
+                         "level1/63 3.41x to 2.71x, the 3-D convolutions 3.9-4.7x to 3.1-3.6x, level1/1 and 13 4.33x "
+                         "to 3.67x; then the matrix products with a float64 run cut in a grid of both operands' blocks: "
+                         "3.09-3.22x (level1/6 2.31x): 48 rows above 3x, from 60.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "

@@ -106,6 +106,53 @@ def test_outputs_through_host_memory_give_the_same_verdict(on_gpu):
         [(f.code, f.message) for f in result.findings]
 
 
+TALL_SKINNY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B){change}
+
+
+M = 16384
+N = 32
+
+
+def get_inputs():
+    return [torch.rand(M, N), torch.rand(N, M)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
+    """level1/9's shape at a 1 GiB output (inputs of 4 MiB): the referee compares the candidate's output viewed
+    in the worker's memory (tensorwire.output_in_place), so in the check and the probes it holds its expected
+    output, its float64 truth and a chunk of the float64 run, not a third output-sized copy of the candidate's
+    (3.03 outputs at level1/9's full size before): the judge's peak is the comparison, the worker holding the
+    output beside the referee's two and its comparison's blocks (3.3 outputs here on an H100; the copy added a
+    fourth);
+    a wrong output is still seen there."""
+    problem = tmp_path / "tall_skinny.py"
+    problem.write_text(TALL_SKINNY.format(change=""))
+    honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"
+    honest.write_text(TALL_SKINNY.format(change="").replace("class Model", "class ModelNew"))
+    wrong.write_text(TALL_SKINNY.format(change=" + 1e-2").replace("class Model", "class ModelNew"))
+    result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    memory, output_bytes = result.memory, 1 << 30
+    assert memory["outputs_cross"] == "cuda-ipc" and memory["reference"]["float64"] == "chunked", memory
+    peaks = {stage: memory["stages"][stage]["referee"] / output_bytes for stage in ("check", "probes")}
+    assert all(peak < 2.75 for peak in peaks.values()), peaks
+    assert memory["judge_peak_bytes"] / output_bytes < 3.6, memory
+    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
+    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+
+
 def test_a_made_up_device_handle_does_not_open(on_gpu):
     """A forged CUDA IPC description on a GPU: the driver refuses the handle, the referee calls the reply
     malformed, and maps nothing."""

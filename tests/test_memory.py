@@ -121,17 +121,67 @@ def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
     assert all(t.compared_to == "float64" for t in result.trials)
 
 
+def test_a_matrix_product_too_large_for_one_operand_whole_is_cut_in_a_grid(fast, tmp_path):
+    """level1/1 at N=512 with a 1 MiB float64 budget: cut by A's rows alone, each chunk upcasts the whole of B (2
+    MiB), so A's rows are crossed with B's columns (a grid whose chunks each upcast a block of both: level1/1's
+    referee held 128 MiB of B for each chunk at full size); the truth assembled block by block is the whole run's,
+    so an element off in the last block fails against it, alone."""
+    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    result = api.evaluate("level1/1", "@pytorch", options, overrides=(("N", "512"),))
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    plan = result.memory["reference"]
+    assert plan["float64"] == "chunked" and "input 0 dim 0" in plan["along"] and \
+        "crossed with input 1 dim 1; outputs' dim 1" in plan["along"], plan
+    assert all(t.compared_to == "float64" for t in result.trials)
+    corner = tmp_path / "corner.py"
+    corner.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                      "    def forward(self, A, B):\n        out = A @ B\n        out[-1, -1] += 0.5\n        return out\n")
+    result = api.evaluate("level1/1", corner, options, overrides=(("N", "512"),))
+    assert result.verdict == "fail" and "wrong-output" in codes(result), [(f.code, f.message) for f in result.findings]
+    message = result.trials[0].message  # that element alone: every other block of the truth is right
+    assert result.trials[0].compared_to == "float64" and message.startswith("1 of 262144") and "[511, 511]" in message
+
+
+def test_a_grids_chunks_fit_their_budget_with_their_share_of_the_activations_and_its_sample_is_in_one():
+    """gelu(x @ w) whose float64 run needs ten outputs of activations beside its inputs and outputs: the grid's chunks
+    each fit the chunk budget with their share of the activations counted (a grid sized on inputs and outputs alone
+    took 3 x 3 chunks of nearly three budgets), its counts are the chunks that run (a whole number of positions
+    each), its truth is the whole run's, and the range plan's sample is cut along both of its splits."""
+    import math
+
+    from kerneljudge.referee.plan import Float64Plan, _chunk_bytes
+
+    x, w = torch.rand(96, 64), torch.rand(64, 80)
+    model = lambda args: torch.nn.functional.gelu(args[0] @ args[1])  # noqa: E731
+    out = model([x, w])
+    upcast = (x.numel() + w.numel() + out.numel()) * 8
+    plan = Float64Plan(torch.device("cpu"), None)
+    plan.need, plan.chunk_bytes, plan.whole_limit = upcast + 10 * out.numel() * 8, upcast // 4, 0
+    plan.chunks = math.ceil(plan.need / plan.chunk_bytes)
+    truth = plan.run(model, model, [x, w], out)
+    assert plan.describe()["float64"] == "chunked" and len(plan.cuts) == 2, plan.describe()
+    assert _chunk_bytes([x, w], out, plan.cuts, plan.need - upcast) <= plan.chunk_bytes, plan.cuts
+    assert all(math.ceil(split.size / math.ceil(split.size / count)) == count for split, count in plan.cuts)
+    assert plan.chunks == math.prod(count for _, count in plan.cuts)
+    assert torch.allclose(truth.double(), torch.nn.functional.gelu(x.double() @ w.double()), atol=1e-6)
+    sampled = plan.sample([x, w])
+    assert sampled[0].shape[0] < x.shape[0] and sampled[1].shape[1] < w.shape[1], [t.shape for t in sampled]
+
+
 @needs_kernelbench
 def test_a_matrix_product_is_cut_where_each_chunk_upcasts_least(fast, tmp_path):
     """level1/16, A.T @ B with A of K rows and an output of M: the first input's rows are not the output's, so
     the float64 reference is not cut along them (taking the sample's rows of the output ended the evaluation: a
     device-side assert on the H200, an IndexError here) but along A's columns, the output's rows (B, the smaller,
     whole to every chunk); level1/2, A @ B with A smaller than B: by B's columns, the output's (cut by A's rows,
-    every chunk upcast the whole of B)."""
-    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
-    for name, sizes, along in (
-            ("16_Matmul_with_transposed_A", (("M", "128"), ("K", "2048"), ("N", "64")), "input 0 dim 1; outputs' dim 0"),
-            ("2_Standard_matrix_multiplication_", (("M", "64"), ("K", "1024"), ("N", "512")), "input 1 dim 1; outputs' dim 1")):
+    every chunk upcast the whole of B; with a budget B's whole upcast fits in too: cut by B's columns all the same)."""
+    for name, sizes, budget_mb, along in (
+            ("16_Matmul_with_transposed_A", (("M", "128"), ("K", "2048"), ("N", "64")), 1, "input 0 dim 1; outputs' dim 0"),
+            ("2_Standard_matrix_multiplication_", (("M", "64"), ("K", "1024"), ("N", "512")), 1,
+             "input 1 dim 1; outputs' dim 1"),
+            ("2_Standard_matrix_multiplication_", (("M", "128"), ("K", "1024"), ("N", "512")), 5,
+             "input 1 dim 1; outputs' dim 1")):
+        options = fast.replace(check={"trials": 2, "float64_budget_mb": budget_mb}, probes=False)
         problem = KERNELBENCH / "level1" / f"{name}.py"
         result = api.evaluate(problem, honest(problem, tmp_path), options, overrides=sizes)
         assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
@@ -361,6 +411,52 @@ def test_a_model_whose_positions_depend_on_one_other_is_never_cut():
     assert plan["float64"] == "chunked" and torch.allclose(truth.double(), torch.sigmoid(x.double()), atol=1e-7), plan
 
 
+def test_a_float64_run_is_chunked_from_half_the_footprint_within_its_bounds():
+    """The floor under which a float64 run stays whole is half the problem's footprint, within 64-256 MiB: a 3-D
+    convolution of 122 MiB (level1/72: its whole float64 run held 3.7 footprints in the referee) is cut in four,
+    a 28 MiB problem stays whole, a 2 GiB one is cut at 256 MiB a chunk as before."""
+    from kerneljudge.referee.plan import Float64Plan
+
+    mib = 1 << 20
+
+    def chunks(inputs_mib: float, outputs_mib: float) -> int:
+        plan = Float64Plan(torch.device("cpu"), None)
+        plan.size({"inputs_bytes": int(inputs_mib * mib), "outputs_bytes": int(outputs_mib * mib),
+                   "parameters_bytes": 0, "total_bytes": int((inputs_mib + outputs_mib) * mib)}, torch.device("cpu"))
+        return plan.chunks
+
+    assert chunks(13.5, 108) == 4  # need 243 MiB, floor 64 MiB (half the footprint, 61 MiB, raised to the least)
+    assert chunks(4, 24) == 1  # need 56 MiB, under the least floor: whole
+    assert chunks(512, 1536) == 16  # need 4 GiB, floor 256 MiB
+
+
+def test_each_float64_chunks_outputs_are_let_go_before_the_next_chunk_runs():
+    """The chunked float64 run holds one chunk's outputs at a time (a loop variable left bound to the last output
+    kept one alive beside the next chunk's: a chunk's float64 output more at the referee's peak, level1/9's 512
+    MiB); the truth it assembles is still the whole run's."""
+    import weakref
+
+    from kerneljudge.referee.plan import Float64Plan
+
+    alive_at_call: list[int] = []
+    made: list[weakref.ref] = []
+
+    def run64(args):
+        alive_at_call.append(sum(ref() is not None for ref in made))
+        out = torch.sigmoid(args[0]) * 2, args[0] + 1
+        made.extend(weakref.ref(t) for t in out)
+        return out
+
+    x = torch.randn(512, 16)
+    plan = Float64Plan(torch.device("cpu"), None)
+    plan.chunks, plan.need, plan.whole_limit = 4, 1 << 40, 0
+    native = lambda args: (torch.sigmoid(args[0]) * 2, args[0] + 1)  # noqa: E731
+    truth = plan.run(run64, native, [x], native([x]))
+    assert plan.describe()["float64"] == "chunked" and len(alive_at_call) == 4, (plan.describe(), alive_at_call)
+    assert alive_at_call == [0, 0, 0, 0]
+    assert torch.allclose(truth[0].double(), torch.sigmoid(x.double()) * 2) and torch.equal(truth[1], x + 1)
+
+
 def test_an_index_input_is_never_left_whole_beside_a_cut_one():
     """x[:, perm]: a cut of x's columns with perm whole makes perm index past the chunk (a device-side assert on a
     GPU, poisoning the referee): only the row cuts (perm's length is not the batch's) and perm's own are tried."""
@@ -435,11 +531,12 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     mib = 1 << 20
     gemm = {"parameters_bytes": 256 * mib, "inputs_bytes": 32 * mib, "outputs_bytes": 32 * mib,
             "activations_bytes": 32 * mib}  # level2/12 at full size on the GPU
-    assert chunks(gemm, 0) == 1 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
+    # kept beside a float64 copy: cut at half its footprint (176 MiB) as any problem; held: into the eighths
+    assert chunks(gemm, 0) == 2 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
     small_run = dict(gemm, inputs_bytes=mib, outputs_bytes=mib, activations_bytes=0)  # 4 MiB beside 258
     assert chunks(small_run, small_run["parameters_bytes"]) == 1
-    smaller = dict(gemm, parameters_bytes=64 * mib)  # held on a GPU (16 MiB or more), but its run is kept whole
-    assert chunks(smaller, smaller["parameters_bytes"]) == 1
+    smaller = dict(gemm, parameters_bytes=64 * mib)  # held on a GPU (16 MiB or more): its floor is any problem's
+    assert chunks(smaller, smaller["parameters_bytes"]) == chunks(smaller, 0) == 3  # 192 MiB over half of 160
     wide = dict(gemm, activations_bytes=4096 * mib)  # the judge's least need far under the multiple: as before
     assert chunks(wide, wide["parameters_bytes"]) == chunks(wide, 0) == 16  # an eighth of the native run each
 

@@ -209,8 +209,7 @@ def values_in_place(meta: list, blobs: list, shared: bool) -> Iterator[list]:
             if _is_value(m):
                 values.append(_plain(m))
             elif isinstance(m, dict) and "shared" in m:
-                with _share_errors():
-                    values.append(stack.enter_context(deviceshare.viewed(_agreed(m, shared), *_dtype_shape(m))))
+                values.append(_view_in(stack, m, shared))
             else:
                 values.append(unpack_tensor(m, blobs, torch.device("cpu")))
         yield values
@@ -259,6 +258,33 @@ def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
     tensors = [unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None
                for fact in facts]
     return kind, facts, tensors
+
+
+@contextmanager
+def output_in_place(meta: dict[str, Any], blobs: list, device: torch.device,
+                    shared: bool = False) -> Iterator[tuple[str, list[dict], list]]:
+    """`unpack_output` for a look that keeps nothing after the block (a comparison): tensors shared as CUDA IPC
+    handles are views of the worker's memory where it lies, valid inside the block, so the referee holds no copy
+    of a large output beside its own expected ones (level1/9's 4 GiB: a fourth footprint); the others are
+    unpacked as there. Code the candidate left running may change that memory while the comparison reads it (more
+    than once: the verdict's pass, the figures, the unwritten count): each read sees what was there then, as a copy
+    made at that moment would, and a pass needs every value read to be right; the candidate's process could send any
+    bytes it liked anyway (proc/deviceshare.py). A timed output, whose moment matters, is still copied."""
+    kind, facts = _output_facts(meta)
+    with ExitStack() as stack:
+        tensors = []
+        for fact in facts:
+            if "shared" in fact:
+                tensors.append(_view_in(stack, fact, shared))
+            else:
+                tensors.append(unpack_tensor(fact, blobs, device, shared) if "blob" in fact else None)
+        yield kind, facts, tensors
+
+
+def _view_in(stack: ExitStack, meta: dict, shared: bool) -> torch.Tensor:
+    """A tensor shared as a CUDA IPC handle, viewed where it lies in the worker's memory until `stack` closes."""
+    with _share_errors():
+        return stack.enter_context(deviceshare.viewed(_agreed(meta, shared), *_dtype_shape(meta)))
 
 
 def _output_facts(meta: Any) -> tuple[str, list[dict]]:

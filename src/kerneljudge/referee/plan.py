@@ -4,7 +4,8 @@ own precision is the truth then, and the report says why).
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
 in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
 memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
-under 256 MB, or for a reference whose float64 parameters take most of the room, an eighth of the run), the inputs
+under half the footprint within 64-256 MiB, or for a reference whose float64 parameters take most of the room, an
+eighth of the run), the inputs
 are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
 operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
@@ -17,6 +18,7 @@ reference run over the very chunks must give its full output (`_chunks_agree`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import secrets
 from dataclasses import dataclass
@@ -36,11 +38,16 @@ NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
-CHUNK_FLOOR_BYTES = 256 << 20  # float64 runs needing less than this are never chunked, but where the reference is
-# held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more (referee/precision.py: its
-# float64 parameters take twice its native ones, the worker holds them too, and that is most of the judge's peak), a
-# run of at least an eighth of the footprint is cut into this many chunks where no larger floor applies (level2's
-# Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x; smaller models, tens of MB saved, keep their run whole)
+# A float64 run needing less than its floor is never chunked (the calls, and the separability checks, cost time): the
+# floor is half the problem's footprint, within these bounds (a whole 3-D convolution of 122 MiB, level1/72, held
+# its float64 output, cuDNN's float64 workspace and the truth at once: 3.7 footprints in the referee alone) ...
+CHUNK_FLOOR_BYTES = 256 << 20
+CHUNK_FLOOR_LEAST_BYTES = 64 << 20
+FLOOR_FOOTPRINT_SHARE = 0.5
+# ... but where the reference is held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more
+# (referee/precision.py: its float64 parameters take twice its native ones, the worker holds them too, and that is
+# most of the judge's peak), a run of at least an eighth of the footprint is cut into this many chunks where no larger
+# floor applies (level2's Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x; smaller models keep their floor)
 PARAMETER_HEAVY_CHUNKS = 8
 PARAMETER_HEAVY_FROM_BYTES = 256 << 20
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
@@ -68,11 +75,12 @@ class Float64Plan:
 
     def __init__(self, device: torch.device, budget_bytes: int | None):
         self.device, self.budget_bytes = device, budget_bytes
-        self.chunks = 1
+        self.chunks = 1  # the float64 run's calls (once cut: the product of the cuts' counts)
         self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
+        self.chunk_bytes = 0  # the most a chunk's float64 inputs and outputs should take (`size`)
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
-        self.split: Split | None = None  # how the chunks are cut, once found separable
+        self.cuts: Cuts = ()  # how the chunks are cut, once found separable: one split, or two crossing
 
     @property
     def usable(self) -> bool:
@@ -86,15 +94,17 @@ class Float64Plan:
         if self.reason is not None:
             return {"float64": "native", "why": self.reason}
         if self.chunks > 1:
-            return {"float64": "chunked", "chunks": self.chunks,
-                    "along": self.split.describe() if self.split else "not chosen yet"}
+            along = " crossed with ".join(f"{split.describe()} ({count})" for split, count in self.cuts)
+            return {"float64": "chunked", "chunks": self.chunks, "along": f"{along} (verified on a secret sample, "
+                    "then over the chunks)" if self.cuts else "not chosen yet"}
         return {"float64": "full"}
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least CHUNK_FLOOR_BYTES (a run of a reference held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES
-        of parameters or more: PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower); a model found not separable
+        least FLOOR_FOOTPRINT_SHARE of the footprint, within CHUNK_FLOOR_LEAST_BYTES and CHUNK_FLOOR_BYTES (a run of
+        a reference held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more:
+        PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower); a model found not separable
         runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take
         beyond what is allocated now (the reference's parameters, where it is converted in place:
         referee/precision.py)."""
@@ -104,12 +114,12 @@ class Float64Plan:
         if self.budget_bytes is not None:
             budget = self.whole_limit = self.budget_bytes
         else:
-            floor = CHUNK_FLOOR_BYTES
             total = footprint["total_bytes"]
+            floor = max(CHUNK_FLOOR_LEAST_BYTES, min(CHUNK_FLOOR_BYTES, int(total * FLOOR_FOOTPRINT_SHARE)))
             if reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES and need * PARAMETER_HEAVY_CHUNKS >= total:
                 floor = min(floor, max(1, -(-need // PARAMETER_HEAVY_CHUNKS)))
             budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
-        self.need = need
+        self.need, self.chunk_bytes = need, budget
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 
     def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected,
@@ -128,13 +138,10 @@ class Float64Plan:
                 return None
         if self.separable is None:
             with checks_aside():
-                self.split = _separable_split(native, inputs, expected, self.chunks)
-                if self.split is not None:
-                    size = self.split.size
-                    self.chunks = math.ceil(size / math.ceil(size / self.chunks))  # as many as run (describe, sample)
-                    if not _chunks_agree(native, inputs, expected, self.chunks, self.split):
-                        self.split = None
-            self.separable = self.split is not None
+                self.cuts = _separable_cuts(native, inputs, expected, self.chunks, self.chunk_bytes, self.need)
+            self.separable = bool(self.cuts)
+            if self.separable:
+                self.chunks = math.prod(count for _, count in self.cuts)
             if not self.separable and self.need <= self.whole_limit:
                 self.chunks = 1  # positions depend on each other, but the whole run fits (else it gives up below)
                 return self.run(run64, native, inputs, expected)
@@ -143,20 +150,23 @@ class Float64Plan:
                          "along a dimension of its inputs")
             return None
         try:
-            return _chunked(run64, inputs, expected, self.chunks, self.split)
+            return _chunked(run64, inputs, expected, self.cuts)
         except Exception as exc:  # noqa: BLE001
             self.give_up(f"the chunked float64 reference failed ({type(exc).__name__})")
             return None
 
     def sample(self, inputs: list) -> list:
-        """`inputs`, or where the float64 reference runs in chunks (verified separable) their first positions
-        along the split, a quarter of a chunk's worth: for a pass that only looks at values (the range probes' plan),
-        which holds about four copies of its inputs at once (the call's own copy, a transform's two
-        temporaries, its outputs) and would otherwise take more than the budget the chunks keep to."""
-        if self.chunks == 1 or self.split is None:
+        """`inputs`, or where the float64 reference runs in chunks (verified separable) copies of their first chunk,
+        a quarter of it along the first cut: for a pass that only looks at values (the range probes' plan), which
+        holds about four copies of its inputs at once (the call's own copy, a transform's two temporaries, its
+        outputs) and would otherwise take more than the budget the chunks keep to."""
+        if self.chunks == 1 or not self.cuts:
             return inputs
-        count = max(1, math.ceil(self.split.size / (SAMPLE_SHARE * self.chunks)))
-        return _rows(inputs, torch.arange(count), self.split)
+        sampled = list(inputs)
+        for number, (split, count) in enumerate(self.cuts):
+            index = torch.arange(max(1, math.ceil(split.size / (count * (SAMPLE_SHARE if number == 0 else 1)))))
+            sampled = [a.index_select(d, index.to(a.device)) if d is not None else a for a, d in zip(sampled, split.dims)]
+        return [clone_args([a])[0] if s is a else s for s, a in zip(sampled, inputs)]  # the reference may change them
 
 
 def _upcast_copy(inputs: list) -> list:
@@ -186,7 +196,15 @@ class Split:
 
     def describe(self) -> str:
         cut = ", ".join(f"input {i} dim {d}" for i, d in enumerate(self.dims) if d is not None)
-        return f"{cut}; outputs' dim {self.out_dim} (verified on a secret sample, then over the chunks)"
+        return f"{cut}; outputs' dim {self.out_dim}"
+
+    def crosses(self, other: "Split") -> bool:
+        """Whether chunks of this split and of `other` can be crossed in a grid: they cut different inputs
+        and different dimensions of the outputs (a matrix product's left operand by rows, its right by columns)."""
+        return self.out_dim != other.out_dim and all(d is None or e is None for d, e in zip(self.dims, other.dims))
+
+
+Cuts = tuple[tuple[Split, int], ...]  # the splits a float64 run is cut along, with their counts of chunks
 
 
 def _rows(inputs: list, index: torch.Tensor, split: Split) -> list:
@@ -226,8 +244,78 @@ def _splits(inputs: list, expected) -> list[Split]:
     return sorted(usable, key=lambda s: sum(memory.tensor_bytes([a]) for a, d in zip(inputs, s.dims) if d is None))
 
 
-def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int) -> Split | None:
-    """The first split (`_splits`) under which the chunks are separable, checked on a secret sample of positions
+def _separable_cuts(native: Callable[[list], Any], inputs: list, expected, chunks: int, chunk_bytes: int,
+                    need: int) -> Cuts:
+    """How to cut the float64 run into about `chunks` chunks, each checked separable (`_separable_split`) and the
+    whole cut checked over its very chunks (`_chunks_agree`); () when none is. Where an input the first split leaves
+    whole would make each chunk take more than `chunk_bytes` (a matrix product's right operand, cut by the left
+    one's rows: level1/1's 128 MiB upcast for each chunk), a second split crossing the first (that input's columns)
+    makes a grid whose chunks each upcast a block of both (`_grid`). `need`: the whole run's bytes, whose part beyond
+    its float64 inputs and outputs (its activations) each chunk takes its share of."""
+    splits = _splits(inputs, expected)
+    first = _separable_split(native, inputs, expected, chunks, splits)
+    if first is None:
+        return ()
+    activations = max(0.0, need - _chunk_bytes(inputs, expected, ()))
+    options: list[Cuts] = [((first, _runs(first.size, chunks)),)]
+    along_first = _chunk_bytes(inputs, expected, options[0], activations)
+    if along_first > chunk_bytes:
+        second = _separable_split(native, inputs, expected, chunks, [s for s in splits if s.crosses(first)])
+        grid = _grid(inputs, expected, first, second, chunk_bytes, activations) if second is not None else None
+        if grid is not None and _chunk_bytes(inputs, expected, grid, activations) < along_first:
+            options.insert(0, grid)
+    return next((cuts for cuts in options if _chunks_agree(native, inputs, expected, cuts)), ())
+
+
+def _runs(size: int, count: int) -> int:
+    """How many chunks of ceil(size / count) positions cover `size`: the count that runs (`count` at most)."""
+    return math.ceil(size / math.ceil(size / count))
+
+
+def _grid(inputs: list, expected, first: Split, second: Split, chunk_bytes: int, activations: float) -> Cuts | None:
+    """The fewest chunks of `first` crossed with `second` that each fit `chunk_bytes` (`_chunk_bytes`; the more square
+    of equals), MAX_CHUNKS at most, a cut left in one chunk left out; None if no grid fits. For a count of rows a
+    chunk's bytes are about linear in 1 / columns: the columns that estimate gives, then more while the largest
+    chunk (a whole number of positions) does not fit."""
+    best: tuple[int, int, int, int] | None = None
+    for rows in range(1, min(first.size, MAX_CHUNKS) + 1):
+        if best is not None and rows > best[0]:
+            break  # every grid from here has more chunks
+        one, two = (_chunk_bytes(inputs, expected, ((first, rows), (second, c)), activations) for c in (1, 2))
+        divided = 2 * (one - two)
+        if chunk_bytes <= one - divided:
+            continue
+        columns = max(1, math.ceil(divided / (chunk_bytes - (one - divided))))
+        while columns <= second.size and chunk_bytes < _chunk_bytes(inputs, expected, ((first, rows), (second, columns)),
+                                                                   activations):
+            columns += 1
+        if columns <= second.size and rows * columns <= MAX_CHUNKS:
+            key = (rows * columns, abs(rows - columns), rows, columns)
+            best = key if best is None or key[:2] < best[:2] else best
+    if best is None:
+        return None
+    counts = ((first, _runs(first.size, best[2])), (second, _runs(second.size, best[3])))
+    return tuple((split, count) for split, count in counts if count > 1)
+
+
+def _chunk_bytes(inputs: list, expected, cuts: Cuts, activations: float = 0.0) -> float:
+    """The bytes of the largest chunk's float64 inputs, outputs and share of the run's `activations` under `cuts`
+    (ceil(size / count) positions of each): each input's upcast over the cuts that cut it, the rest over all."""
+    def share(split: Split, count: int) -> float:
+        return math.ceil(split.size / count) / split.size
+
+    total = 0.0
+    for i, a in enumerate(inputs):
+        if isinstance(a, torch.Tensor):
+            total += a.numel() * (8 if a.is_floating_point() else a.element_size()) * math.prod(
+                share(split, count) for split, count in cuts if split.dims[i] is not None)
+    outputs = sum(t.numel() * 8 for t in _outputs(expected) or [])
+    return total + (outputs + activations) * math.prod(share(split, count) for split, count in cuts)
+
+
+def _separable_split(native: Callable[[list], Any], inputs: list, expected, chunks: int,
+                     splits: list[Split]) -> Split | None:
+    """The first of `splits` (`_splits`) under which the chunks are separable, checked on a secret sample of positions
     (SEPARABLE_SAMPLE_ROWS, compared block by block, so its float64 copies stay small): the native reference run
     on them alone gives the same positions of the outputs as the full run. None when none is (a run that raises
     on the sample, a shape that does not fit, is not separable). Only splits whose outputs' dimension has the
@@ -235,7 +323,7 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
     process; seen with A.T @ B, level1/16, whose output has M rows and A has K)."""
     want_all = _outputs(expected)
     generator = torch.Generator().manual_seed(secrets.randbits(63))
-    for split in _splits(inputs, expected):
+    for split in splits:
         count = max(1, min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
         index = torch.randperm(split.size, generator=generator)[:count].sort().values
         want = [t.index_select(split.out_dim, index.to(t.device)) for t in want_all]
@@ -256,31 +344,41 @@ def _agree(got: list | None, want: list) -> bool:
         for g, w in zip(got, want))
 
 
-def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split) -> bool:
+def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, cuts: Cuts) -> bool:
     """Whether the native reference run chunk by chunk, over the very chunks the float64 run will take, gives its
     full output (to SEPARABLE_TOLERANCE): the secret sample misses a model whose positions depend on one other
     position (x / x.abs().max(), an anchor column) whenever the sample holds it, as likely as a chunk is long
     over the dimension's length (half the draws of such a model cut in two passed, their truth wrong)."""
     try:
-        assembled = _outputs(_chunked(native, inputs, expected, chunks, split, upcast=False))
+        assembled = _outputs(_chunked(native, inputs, expected, cuts, upcast=False))
     except Exception:  # noqa: BLE001 - the chunks alone do not make valid calls
         return False
     return _agree(assembled, _outputs(expected))
 
 
-def _chunked(run64: Callable[[list], Any], inputs: list, expected, chunks: int, split: Split, *, upcast: bool = True):
-    """The float64 reference chunk by chunk along the split (`upcast` False: the given run on copies of the
-    chunks as they are), written into tensors shaped like the native outputs, in float32 (float64 where the native
-    output is float64)."""
+def _chunked(run64: Callable[[list], Any], inputs: list, expected, cuts: Cuts, *, upcast: bool = True):
+    """The float64 reference chunk by chunk along the cuts (every chunk of one crossed with every chunk of the
+    other, for two; `upcast` False: the given run on copies of the chunks as they are), written into tensors shaped
+    like the native outputs, in float32 (float64 where the native output is float64)."""
     natives = _outputs(expected)
     truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
                          device=t.device) for t in natives]
-    step = math.ceil(split.size / chunks)
-    for begin in range(0, split.size, step):
-        count = min(step, split.size - begin)  # the chunk is upcast from views: no float32 copy of it first
-        chunk = [a.narrow(d, begin, count) if d is not None else a for a, d in zip(inputs, split.dims)]
-        out = run64(_upcast_copy(chunk) if upcast else clone_args(chunk))
-        for whole, part in zip(truth, _outputs(out)):
-            whole.narrow(split.out_dim, begin, count).copy_(part)
-        del out
+    spans = [[(begin, min(step, split.size - begin)) for begin in range(0, split.size, step)]
+             for split, count in cuts for step in [math.ceil(split.size / count)]]
+    for parts in itertools.product(*spans):
+        chunk, regions = list(inputs), []  # the chunk is upcast from views: no float32 copy of it first
+        for (split, _), (begin, count) in zip(cuts, parts):
+            chunk = [a.narrow(d, begin, count) if d is not None else a for a, d in zip(chunk, split.dims)]
+            regions.append((split.out_dim, begin, count))
+        _place(truth, run64(_upcast_copy(chunk) if upcast else clone_args(chunk)), regions)
     return truth[0] if isinstance(expected, torch.Tensor) else tuple(truth)
+
+
+def _place(truth: list[torch.Tensor], out, regions: list[tuple[int, int, int]]) -> None:
+    """One chunk's outputs written into their region of the truth (dimension, begin, count per cut); they go when
+    this returns, before the next chunk runs (a loop variable left bound to the last of them kept a chunk's
+    float64 output alive beside the next one's)."""
+    for whole, part in zip(truth, _outputs(out)):
+        for dim, begin, count in regions:
+            whole = whole.narrow(dim, begin, count)
+        whole.copy_(part)

@@ -8,9 +8,11 @@ candidate code runs.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -146,8 +148,18 @@ class Referee:
         return {"inputs": meta, **data}, input_blobs
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
+        """A candidate's output as the referee's own tensors (kept past the request: a held timed output)."""
         kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
         return compare.Received(kind, facts, tensors, str(description.get("type", "")))
+
+    @contextmanager
+    def _received_in_place(self, description: dict, blobs: list) -> Iterator[compare.Received]:
+        """A candidate's output for a look inside the block: large CUDA outputs viewed in the worker's memory
+        (tensorwire.output_in_place; the worker holds them until its next request, which the judge sends only
+        after this reply), so no copy of them sits beside the referee's expected outputs."""
+        with tensorwire.output_in_place(description, blobs, self.device, self.accepts_shared) as (kind, facts,
+                                                                                                  tensors):
+            yield compare.Received(kind, facts, tensors, str(description.get("type", "")))
 
     def _inputs_changed(self, kept: list, described: list, blobs: list) -> bool:
         """Whether the inputs, as the worker had them after the call, differ from the kept ones: compared block
@@ -179,17 +191,23 @@ class Referee:
         kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
         if kept is None:
             raise ValueError(f"no inputs were drawn for seed {request.seed}")
-        findings: list[Finding] = []
         try:
-            received = self.held.pop(request.index)[0] if request.held else self._received(request.output, blobs)
-            if request.inputs_after is not None and kept.inputs is None:
-                raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
-            mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs, request.inputs_after,
-                                                                               blobs)
-            blobs.clear()  # the received bytes are copied into tensors: not held twice while comparing
+            with contextlib.ExitStack() as stack:
+                received = self.held.pop(request.index)[0] if request.held else stack.enter_context(
+                    self._received_in_place(request.output, blobs))
+                if request.inputs_after is not None and kept.inputs is None:
+                    raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
+                mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs,
+                                                                                   request.inputs_after, blobs)
+                blobs.clear()  # the received bytes are unpacked into tensors: not held twice while comparing
+                return self._compared(request, kept, received, mutated)
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []
+
+    def _compared(self, request: protocol.Compare, kept, received: compare.Received, mutated: bool) -> Reply:
+        """The comparison `request` asks for of the candidate's output with the expectation `kept`."""
+        findings: list[Finding] = []
         if mutated:
             findings.append(Finding.of("input-mutation", f"trial {request.index}: the candidate's forward changed "
                                        "its input tensors", stage="check", trial=request.index))
@@ -212,9 +230,9 @@ class Referee:
         return reply, []
 
     def compare_pair(self, request: protocol.ComparePair, blobs: list) -> Reply:
-        first = self._received(request.first, blobs)
-        second = self._received(request.second, blobs)
-        return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
+        with self._received_in_place(request.first, blobs) as first, \
+                self._received_in_place(request.second, blobs) as second:
+            return {"difference": compare.pair_difference(first, second, request.atol, request.rtol)}, []
 
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
         return self._changed(self.session.perturb(request.seed, request.names, request.how == "replace"))

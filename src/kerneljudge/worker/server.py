@@ -73,7 +73,7 @@ class Worker:
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
         if self.exporter is not None:
-            self.exporter.release()  # the last reply's shared outputs: the referee copied them before this request
+            self.exporter.release()  # the last reply's shared outputs: the referee has read them by this request
         if op == protocol.TimeBatch.op:
             return self._handle(message)  # nothing of the guard's own cost between timed batches (checked after)
         return memory.measured(self.device, lambda: self._watched(message))
