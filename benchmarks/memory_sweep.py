@@ -233,7 +233,7 @@ def write_doc() -> None:
                          "(ResNet101 3.53x to 2.9x, DenseNet201 3.11x to 2.65x, ResNet18 5.99x to 4.5x, "
                          "VisionTransformer 5.3x to 3.98x); then the rows of large outputs and the matrix products "
                          "with the candidate's output compared where the worker holds it (no copy in the referee) and "
-                         "a float64 run cut from half the footprint (64-256 MiB): level1/7 and 9 4.03x to 3.14x, "
+                         "on a GPU a float64 run cut from half the footprint (64-256 MiB): level1/7 and 9 4.03x to 3.14x, "
                          "level1/63 3.41x to 2.71x, the 3-D convolutions 3.9-4.7x to 3.1-3.6x, level1/1 and 13 4.33x "
                          "to 3.67x; then the matrix products with a float64 run cut in a grid of both operands' blocks: "
                          "3.09-3.22x (level1/6 2.31x): 48 rows above 3x, from 60.", ""],

@@ -11,6 +11,7 @@ problem's footprint by a stated multiple.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -156,16 +157,45 @@ def test_a_grids_chunks_fit_their_budget_with_their_share_of_the_activations_and
     out = model([x, w])
     upcast = (x.numel() + w.numel() + out.numel()) * 8
     plan = Float64Plan(torch.device("cpu"), None)
-    plan.need, plan.chunk_bytes, plan.whole_limit = upcast + 10 * out.numel() * 8, upcast // 4, 0
+    plan.activation_bytes, plan.chunk_bytes, plan.whole_limit = 10 * out.numel() * 8, upcast // 4, 0
+    plan.need = upcast + plan.activation_bytes
     plan.chunks = math.ceil(plan.need / plan.chunk_bytes)
     truth = plan.run(model, model, [x, w], out)
     assert plan.describe()["float64"] == "chunked" and len(plan.cuts) == 2, plan.describe()
-    assert _chunk_bytes([x, w], out, plan.cuts, plan.need - upcast) <= plan.chunk_bytes, plan.cuts
+    assert _chunk_bytes([x, w], out, plan.cuts, plan.activation_bytes) <= plan.chunk_bytes, plan.cuts
     assert all(math.ceil(split.size / math.ceil(split.size / count)) == count for split, count in plan.cuts)
     assert plan.chunks == math.prod(count for _, count in plan.cuts)
     assert torch.allclose(truth.double(), torch.nn.functional.gelu(x.double() @ w.double()), atol=1e-6)
     sampled = plan.sample([x, w])
     assert sampled[0].shape[0] < x.shape[0] and sampled[1].shape[1] < w.shape[1], [t.shape for t in sampled]
+
+
+def test_a_grid_is_the_fewest_chunks_that_fit_one_cut_alone_where_that_suffices_and_the_least_where_none_fits(
+        monkeypatch):
+    """`plan._grid` on odd sizes: the fewest chunks that fit (an exhaustive search agrees; a straight-line estimate of
+    the columns overshot by up to a sixth), a cut whose count would be 1 left out (B's columns alone, where A is
+    small), and where no grid within MAX_CHUNKS fits, the one whose chunks take least (the cut by A's rows alone,
+    upcasting all of B for each of 96 chunks, took 30 times the budget at level1/1's size and a 4 MiB budget)."""
+    from kerneljudge.referee import plan as planning
+
+    a, b = torch.rand(97, 61), torch.rand(61, 83)
+    out = a @ b
+    rows, columns = planning.Split((0, None), 0, 97), planning.Split((None, 1), 1, 83)
+    whole = planning._chunk_bytes([a, b], out, ())
+    for share in (6, 10, 32):
+        budget = whole / share
+        fits = [(r * c, r, c) for r in range(1, 98) for c in range(1, 84)
+                if planning._chunk_bytes([a, b], out, ((rows, r), (columns, c))) <= budget]
+        grid = planning._grid([a, b], out, rows, columns, budget, 0.0)
+        assert math.prod(count for _, count in grid) == min(fits)[0], (share, grid)
+        assert planning._chunk_bytes([a, b], out, grid) <= budget
+    small_a = torch.rand(4, 61)
+    grid = planning._grid([small_a, b], small_a @ b, planning.Split((0, None), 0, 4), columns,
+                          planning._chunk_bytes([small_a, b], small_a @ b, ()) / 3, 0.0)
+    assert len(grid) == 1 and grid[0][0] == columns, grid
+    monkeypatch.setattr(planning, "MAX_CHUNKS", 16)
+    grid = planning._grid([a, b], out, rows, columns, 1.0, 0.0)
+    assert [count for _, count in grid] == [4, 4], grid  # of the grids of 16 chunks at most, the smallest chunks
 
 
 @needs_kernelbench
@@ -411,23 +441,26 @@ def test_a_model_whose_positions_depend_on_one_other_is_never_cut():
     assert plan["float64"] == "chunked" and torch.allclose(truth.double(), torch.sigmoid(x.double()), atol=1e-7), plan
 
 
-def test_a_float64_run_is_chunked_from_half_the_footprint_within_its_bounds():
-    """The floor under which a float64 run stays whole is half the problem's footprint, within 64-256 MiB: a 3-D
-    convolution of 122 MiB (level1/72: its whole float64 run held 3.7 footprints in the referee) is cut in four,
-    a 28 MiB problem stays whole, a 2 GiB one is cut at 256 MiB a chunk as before."""
-    from kerneljudge.referee.plan import Float64Plan
+def test_on_a_gpu_a_float64_run_is_chunked_from_half_the_footprint_within_its_bounds(monkeypatch):
+    """The floor under which a float64 run stays whole is, on a GPU, half the problem's footprint within 64-256 MiB:
+    a 3-D convolution of 122 MiB (level1/72: its whole float64 run held 3.7 footprints in the referee) is cut in
+    four, a 28 MiB problem stays whole, a 2 GiB one is cut at 256 MiB a chunk as before; a CPU keeps 256 MiB (more
+    calls cost it time)."""
+    from kerneljudge.referee import plan as planning
 
+    monkeypatch.setattr(planning.memory, "device_free_bytes", lambda device: 64 << 30)
     mib = 1 << 20
 
-    def chunks(inputs_mib: float, outputs_mib: float) -> int:
-        plan = Float64Plan(torch.device("cpu"), None)
+    def chunks(inputs_mib: float, outputs_mib: float, device: str) -> int:
+        plan = planning.Float64Plan(torch.device(device), None)
         plan.size({"inputs_bytes": int(inputs_mib * mib), "outputs_bytes": int(outputs_mib * mib),
-                   "parameters_bytes": 0, "total_bytes": int((inputs_mib + outputs_mib) * mib)}, torch.device("cpu"))
+                   "parameters_bytes": 0, "total_bytes": int((inputs_mib + outputs_mib) * mib)}, torch.device(device))
         return plan.chunks
 
-    assert chunks(13.5, 108) == 4  # need 243 MiB, floor 64 MiB (half the footprint, 61 MiB, raised to the least)
-    assert chunks(4, 24) == 1  # need 56 MiB, under the least floor: whole
-    assert chunks(512, 1536) == 16  # need 4 GiB, floor 256 MiB
+    assert chunks(13.5, 108, "cuda") == 4  # need 243 MiB, floor 64 MiB (half the footprint, 61 MiB, raised)
+    assert chunks(13.5, 108, "cpu") == 1
+    assert chunks(4, 24, "cuda") == 1  # need 56 MiB, under the least floor: whole
+    assert chunks(512, 1536, "cuda") == chunks(512, 1536, "cpu") == 16  # need 4 GiB, floor 256 MiB
 
 
 def test_each_float64_chunks_outputs_are_let_go_before_the_next_chunk_runs():
@@ -531,12 +564,11 @@ def test_a_parameter_heavy_references_float64_run_is_cut_to_leave_the_judge_unde
     mib = 1 << 20
     gemm = {"parameters_bytes": 256 * mib, "inputs_bytes": 32 * mib, "outputs_bytes": 32 * mib,
             "activations_bytes": 32 * mib}  # level2/12 at full size on the GPU
-    # kept beside a float64 copy: cut at half its footprint (176 MiB) as any problem; held: into the eighths
-    assert chunks(gemm, 0) == 2 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
+    assert chunks(gemm, 0) == 1 and chunks(gemm, gemm["parameters_bytes"]) == planning.PARAMETER_HEAVY_CHUNKS
     small_run = dict(gemm, inputs_bytes=mib, outputs_bytes=mib, activations_bytes=0)  # 4 MiB beside 258
     assert chunks(small_run, small_run["parameters_bytes"]) == 1
-    smaller = dict(gemm, parameters_bytes=64 * mib)  # held on a GPU (16 MiB or more): its floor is any problem's
-    assert chunks(smaller, smaller["parameters_bytes"]) == chunks(smaller, 0) == 3  # 192 MiB over half of 160
+    smaller = dict(gemm, parameters_bytes=64 * mib)  # held on a GPU (16 MiB or more), but its run is kept whole
+    assert chunks(smaller, smaller["parameters_bytes"]) == 1
     wide = dict(gemm, activations_bytes=4096 * mib)  # the judge's least need far under the multiple: as before
     assert chunks(wide, wide["parameters_bytes"]) == chunks(wide, 0) == 16  # an eighth of the native run each
 

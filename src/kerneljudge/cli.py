@@ -77,7 +77,7 @@ CHECKING_OPTIONS = (
     click.option("--seed", type=int, default=None, help="Fix the seed (default: secret and random per run)."),
     click.option("--float64-budget-mb", type=int, default=None,
                  help="Run the float64 reference in chunks beyond this (default: 1/8 of the native run's memory, "
-                      "at least half the footprint within 64-256 MiB, at most 1/4 of free memory)."),
+                      "or 1/4 of free memory if less; at least 256 MiB on a CPU, half the footprint within 64-256 MiB on a GPU)."),
     click.option("--protocol", type=click.Choice(["strict", "kernelbench"]), default="strict", show_default=True,
                  help="kernelbench: KernelBench's own protocol, with strict beside it; the report says where "
                       "the two verdicts differ."),

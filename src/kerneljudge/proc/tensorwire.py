@@ -269,7 +269,8 @@ def output_in_place(meta: dict[str, Any], blobs: list, device: torch.device,
     unpacked as there. Code the candidate left running may change that memory while the comparison reads it (more
     than once: the verdict's pass, the figures, the unwritten count): each read sees what was there then, as a copy
     made at that moment would, and a pass needs every value read to be right; the candidate's process could send any
-    bytes it liked anyway (proc/deviceshare.py). A timed output, whose moment matters, is still copied."""
+    bytes it liked anyway (proc/deviceshare.py). A timed output the referee holds for later is copied (one too large
+    to hold is compared at once, after its batch, like this)."""
     kind, facts = _output_facts(meta)
     with ExitStack() as stack:
         tensors = []

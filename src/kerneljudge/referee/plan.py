@@ -3,9 +3,9 @@ own precision is the truth then, and the report says why).
 
 The float64 run needs about twice the memory of the native one (inputs upcast, activations and outputs
 in float64). Where that exceeds the budget (`--float64-budget-mb`; by default an eighth of the native run's
-memory, so checking in float64 adds little to the judge's peak, within a quarter of the free memory and never
-under half the footprint within 64-256 MiB, or for a reference whose float64 parameters take most of the room, an
-eighth of the run), the inputs
+memory, so checking in float64 adds little to the judge's peak, or a quarter of the free memory if less, but never
+under its floor: 256 MiB on a CPU, on a GPU half the footprint within 64-256 MiB; or for a reference whose float64
+parameters take most of the room, an eighth of the run), the inputs
 are cut into chunks (`Split`: along the batch dimension, or a matrix product's right
 operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
@@ -38,9 +38,9 @@ NATIVE_SHARE = 1 / 8
 SEPARABLE_TOLERANCE = 1e-5  # rows computed alone must match the full run's to this (relative and absolute)
 SEPARABLE_SAMPLE_ROWS = 32  # positions in that secret sample (at most a chunk's): ones that depend on others show in a few
 MAX_CHUNKS = 1 << 12
-# A float64 run needing less than its floor is never chunked (the calls, and the separability checks, cost time): the
-# floor is half the problem's footprint, within these bounds (a whole 3-D convolution of 122 MiB, level1/72, held
-# its float64 output, cuDNN's float64 workspace and the truth at once: 3.7 footprints in the referee alone) ...
+# A float64 run needing less than its floor is never chunked (the calls, and the separability checks, cost time): on
+# a CPU this, on a GPU half the problem's footprint within these bounds (a whole 3-D convolution of 122 MiB, level1/72,
+# held its float64 output, cuDNN's float64 workspace and the truth at once: 3.7 footprints in the referee alone) ...
 CHUNK_FLOOR_BYTES = 256 << 20
 CHUNK_FLOOR_LEAST_BYTES = 64 << 20
 FLOOR_FOOTPRINT_SHARE = 0.5
@@ -70,6 +70,15 @@ def footprint(device: torch.device, start: int, model, inputs: list, outputs) ->
     return data
 
 
+def chunk_floor_bytes(footprint_bytes: int, device: torch.device) -> int:
+    """The float64 run's size under which it stays whole: CHUNK_FLOOR_BYTES on a CPU (where more calls cost time
+    and memory is seldom this tight), on a GPU FLOOR_FOOTPRINT_SHARE of the footprint within CHUNK_FLOOR_LEAST_BYTES
+    and CHUNK_FLOOR_BYTES."""
+    if device.type != "cuda":
+        return CHUNK_FLOOR_BYTES
+    return max(CHUNK_FLOOR_LEAST_BYTES, min(CHUNK_FLOOR_BYTES, int(footprint_bytes * FLOOR_FOOTPRINT_SHARE)))
+
+
 class Float64Plan:
     """How the float64 reference is computed; `describe()` says which way, for the result's memory block."""
 
@@ -77,7 +86,8 @@ class Float64Plan:
         self.device, self.budget_bytes = device, budget_bytes
         self.chunks = 1  # the float64 run's calls (once cut: the product of the cuts' counts)
         self.need = self.whole_limit = 0  # bytes: the whole float64 run's need; the most a whole run may take
-        self.chunk_bytes = 0  # the most a chunk's float64 inputs and outputs should take (`size`)
+        self.chunk_bytes = 0  # the most a chunk's float64 inputs, outputs and activations should take (`size`)
+        self.activation_bytes = 0  # the whole float64 run's activations (twice the native run's, as `need` counts)
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
         self.cuts: Cuts = ()  # how the chunks are cut, once found separable: one split, or two crossing
@@ -102,10 +112,9 @@ class Float64Plan:
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least FLOOR_FOOTPRINT_SHARE of the footprint, within CHUNK_FLOOR_LEAST_BYTES and CHUNK_FLOOR_BYTES (a run of
-        a reference held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more:
-        PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower); a model found not separable
-        runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take
+        least `chunk_floor_bytes` (a run of a reference held at one precision at a time with
+        PARAMETER_HEAVY_FROM_BYTES of parameters or more: PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower);
+        a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take
         beyond what is allocated now (the reference's parameters, where it is converted in place:
         referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
@@ -115,11 +124,12 @@ class Float64Plan:
             budget = self.whole_limit = self.budget_bytes
         else:
             total = footprint["total_bytes"]
-            floor = max(CHUNK_FLOOR_LEAST_BYTES, min(CHUNK_FLOOR_BYTES, int(total * FLOOR_FOOTPRINT_SHARE)))
+            floor = chunk_floor_bytes(total, device)
             if reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES and need * PARAMETER_HEAVY_CHUNKS >= total:
                 floor = min(floor, max(1, -(-need // PARAMETER_HEAVY_CHUNKS)))
             budget, self.whole_limit = max(min(free_share, int(native * NATIVE_SHARE)), floor), free_share
         self.need, self.chunk_bytes = need, budget
+        self.activation_bytes = 2 * footprint.get("activations_bytes", 0)
         self.chunks = min(MAX_CHUNKS, max(1, math.ceil(need / max(budget, 1))))
 
     def run(self, run64: Callable[[list], Any], native: Callable[[list], Any], inputs: list, expected,
@@ -138,7 +148,8 @@ class Float64Plan:
                 return None
         if self.separable is None:
             with checks_aside():
-                self.cuts = _separable_cuts(native, inputs, expected, self.chunks, self.chunk_bytes, self.need)
+                self.cuts = _separable_cuts(native, inputs, expected, self.chunks, self.chunk_bytes,
+                                            self.activation_bytes)
             self.separable = bool(self.cuts)
             if self.separable:
                 self.chunks = math.prod(count for _, count in self.cuts)
@@ -156,17 +167,17 @@ class Float64Plan:
             return None
 
     def sample(self, inputs: list) -> list:
-        """`inputs`, or where the float64 reference runs in chunks (verified separable) copies of their first chunk,
-        a quarter of it along the first cut: for a pass that only looks at values (the range probes' plan), which
+        """`inputs`, or where the float64 reference runs in chunks (verified separable) their first chunk, a quarter
+        of it along the first cut: for a pass that only looks at values (the range probes' plan), which
         holds about four copies of its inputs at once (the call's own copy, a transform's two temporaries, its
         outputs) and would otherwise take more than the budget the chunks keep to."""
         if self.chunks == 1 or not self.cuts:
             return inputs
-        sampled = list(inputs)
+        sampled = list(inputs)  # (the pass copies what it calls the reference on: `ranges.plan`)
         for number, (split, count) in enumerate(self.cuts):
             index = torch.arange(max(1, math.ceil(split.size / (count * (SAMPLE_SHARE if number == 0 else 1)))))
             sampled = [a.index_select(d, index.to(a.device)) if d is not None else a for a, d in zip(sampled, split.dims)]
-        return [clone_args([a])[0] if s is a else s for s, a in zip(sampled, inputs)]  # the reference may change them
+        return sampled
 
 
 def _upcast_copy(inputs: list) -> list:
@@ -245,18 +256,17 @@ def _splits(inputs: list, expected) -> list[Split]:
 
 
 def _separable_cuts(native: Callable[[list], Any], inputs: list, expected, chunks: int, chunk_bytes: int,
-                    need: int) -> Cuts:
+                    activations: float) -> Cuts:
     """How to cut the float64 run into about `chunks` chunks, each checked separable (`_separable_split`) and the
     whole cut checked over its very chunks (`_chunks_agree`); () when none is. Where an input the first split leaves
     whole would make each chunk take more than `chunk_bytes` (a matrix product's right operand, cut by the left
     one's rows: level1/1's 128 MiB upcast for each chunk), a second split crossing the first (that input's columns)
-    makes a grid whose chunks each upcast a block of both (`_grid`). `need`: the whole run's bytes, whose part beyond
-    its float64 inputs and outputs (its activations) each chunk takes its share of."""
+    makes a grid whose chunks each upcast a block of both (`_grid`). Each chunk takes its share of the run's
+    `activations`."""
     splits = _splits(inputs, expected)
     first = _separable_split(native, inputs, expected, chunks, splits)
     if first is None:
         return ()
-    activations = max(0.0, need - _chunk_bytes(inputs, expected, ()))
     options: list[Cuts] = [((first, _runs(first.size, chunks)),)]
     along_first = _chunk_bytes(inputs, expected, options[0], activations)
     if along_first > chunk_bytes:
@@ -272,30 +282,30 @@ def _runs(size: int, count: int) -> int:
     return math.ceil(size / math.ceil(size / count))
 
 
-def _grid(inputs: list, expected, first: Split, second: Split, chunk_bytes: int, activations: float) -> Cuts | None:
-    """The fewest chunks of `first` crossed with `second` that each fit `chunk_bytes` (`_chunk_bytes`; the more square
-    of equals), MAX_CHUNKS at most, a cut left in one chunk left out; None if no grid fits. For a count of rows a
-    chunk's bytes are about linear in 1 / columns: the columns that estimate gives, then more while the largest
-    chunk (a whole number of positions) does not fit."""
+def _grid(inputs: list, expected, first: Split, second: Split, chunk_bytes: int, activations: float) -> Cuts:
+    """`first` crossed with `second`: the fewest chunks that each fit `chunk_bytes` (`_chunk_bytes`; the more square
+    of equals), MAX_CHUNKS at most, or where none fits the grid whose chunks take least; a cut left in one chunk is
+    left out. For each count of rows, the fewest columns that fit are found by bisection (a chunk's bytes only fall
+    as the columns grow); those counts are ones that run (fewer of the same length would fit too)."""
+    def size(rows: int, columns: int) -> float:
+        return _chunk_bytes(inputs, expected, ((first, rows), (second, columns)), activations)
+
     best: tuple[int, int, int, int] | None = None
+    least: tuple[float, int, int] | None = None  # the smallest chunks, where none fits
     for rows in range(1, min(first.size, MAX_CHUNKS) + 1):
         if best is not None and rows > best[0]:
             break  # every grid from here has more chunks
-        one, two = (_chunk_bytes(inputs, expected, ((first, rows), (second, c)), activations) for c in (1, 2))
-        divided = 2 * (one - two)
-        if chunk_bytes <= one - divided:
+        low, high = 1, min(second.size, MAX_CHUNKS // rows)
+        if size(rows, high) > chunk_bytes:
+            least = min(least or (math.inf, 0, 0), (size(rows, high), rows, high))
             continue
-        columns = max(1, math.ceil(divided / (chunk_bytes - (one - divided))))
-        while columns <= second.size and chunk_bytes < _chunk_bytes(inputs, expected, ((first, rows), (second, columns)),
-                                                                   activations):
-            columns += 1
-        if columns <= second.size and rows * columns <= MAX_CHUNKS:
-            key = (rows * columns, abs(rows - columns), rows, columns)
-            best = key if best is None or key[:2] < best[:2] else best
-    if best is None:
-        return None
-    counts = ((first, _runs(first.size, best[2])), (second, _runs(second.size, best[3])))
-    return tuple((split, count) for split, count in counts if count > 1)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if size(rows, middle) <= chunk_bytes else (middle + 1, high)
+        key = (rows * low, abs(rows - low), rows, low)
+        best = key if best is None or key[:2] < best[:2] else best
+    rows, columns = best[2:] if best is not None else least[1:]
+    return tuple((split, count) for split, count in ((first, rows), (second, columns)) if count > 1)
 
 
 def _chunk_bytes(inputs: list, expected, cuts: Cuts, activations: float = 0.0) -> float:

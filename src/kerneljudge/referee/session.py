@@ -17,7 +17,7 @@ from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
-from kerneljudge.referee.plan import CHUNK_FLOOR_BYTES, Float64Plan, footprint, measure_start
+from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
 from kerneljudge.referee.precision import Precisions
 
 KERNELBENCH_SEED = 42
@@ -26,6 +26,7 @@ KERNELBENCH_SEED = 42
 # and that run take: emptying the cache after every draw made each later run allocate afresh (level2/51 on an
 # H200, with 140 GB free for a 0.4 GB problem).
 RELEASE_BELOW_FACTOR = 4
+RELEASE_AFTER_RUN_BYTES = 256 << 20  # a float64 run needing more may leave its blocks in the cache: `_release` them
 # Inputs this large go to the native reference uncopied, checked by checksum instead (`expect`): below it a copy
 # takes less memory than the checksum's blocks (about 100 MB on a GPU).
 UNCOPIED_FROM_BYTES = 256 << 20
@@ -160,7 +161,7 @@ class RefereeSession:
             expected64 = self.plan.run(lambda args: self.run(self.float64(), args),
                                        lambda args: self.run(self.native(), args), inputs, expected,
                                        checks_aside=self._state_kept)
-            if self.plan.need > CHUNK_FLOOR_BYTES:
+            if self.plan.need > RELEASE_AFTER_RUN_BYTES:
                 self._release()
         return Expectation(inputs, expected, expected64)
 

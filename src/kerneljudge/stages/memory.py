@@ -3,8 +3,9 @@
 
 The judge's memory is what its two torch processes hold: each keeps the parameters, the inputs and the
 outputs, the worker also the reference's state while it loads it into ModelNew (then let go of: the probes'
-parameter changes are made on ModelNew's entries, proc/perturb.py) and the referee the candidate's output it
-compares. So the least a judgement needs is three times the
+parameter changes are made on ModelNew's entries, proc/perturb.py) and the referee its float64 truth beside its
+expected output (the candidate's, in the worker, is compared where it lies on a GPU and crosses through host memory
+on a CPU). So the least a judgement needs is three times the
 parameters, twice the inputs and three times the outputs; a problem whose least need exceeds
 the device is `problem-too-large`. The peak is reported per process and per device (the resident set,
 and the GPU allocator's high-water mark on a GPU) and as a multiple of the problem's footprint
