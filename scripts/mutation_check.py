@@ -124,7 +124,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(INTEGRITY, "stale_first_call"), _k(KILLS, "cached_from_a_buffer")),
              "parameters still shift by up to 0.1; buffers no longer change"),
     Mutation("range-plan-entry-not-restored", "referee/ranges.py", "                move(state, originals, None)",
-             "                pass", (_k(PROBES, "tanh_gelu"),),
+             "                pass", (_k(REFEREE, "puts_back_every_state_entry"), _k(PROBES, "tanh_gelu")),
              "a state entry the range plan moved stays moved in the reference"),
     Mutation("referee-changes-in-float64", "referee/session.py",
              "changed = perturb(*entries(self.native()), seed", "changed = perturb(*entries(self.reference.model), seed",

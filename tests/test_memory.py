@@ -136,7 +136,8 @@ def test_a_matrix_product_too_large_for_one_operand_whole_is_cut_in_a_grid(fast,
     assert all(t.compared_to == "float64" for t in result.trials)
     corner = tmp_path / "corner.py"
     corner.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-                      "    def forward(self, A, B):\n        out = A @ B\n        out[-1, -1] += 0.5\n        return out\n")
+                      "    def forward(self, A, B):\n        out = A @ B\n"
+                      "        out[-1, -1] += 0.5\n        return out\n")
     result = api.evaluate("level1/1", corner, options, overrides=(("N", "512"),))
     assert result.verdict == "fail" and "wrong-output" in codes(result), [(f.code, f.message) for f in result.findings]
     message = result.trials[0].message  # that element alone: every other block of the truth is right
@@ -206,7 +207,8 @@ def test_a_matrix_product_is_cut_where_each_chunk_upcasts_least(fast, tmp_path):
     whole to every chunk); level1/2, A @ B with A smaller than B: by B's columns, the output's (cut by A's rows,
     every chunk upcast the whole of B; with a budget B's whole upcast fits in too: cut by B's columns all the same)."""
     for name, sizes, budget_mb, along in (
-            ("16_Matmul_with_transposed_A", (("M", "128"), ("K", "2048"), ("N", "64")), 1, "input 0 dim 1; outputs' dim 0"),
+            ("16_Matmul_with_transposed_A", (("M", "128"), ("K", "2048"), ("N", "64")), 1,
+             "input 0 dim 1; outputs' dim 0"),
             ("2_Standard_matrix_multiplication_", (("M", "64"), ("K", "1024"), ("N", "512")), 1,
              "input 1 dim 1; outputs' dim 1"),
             ("2_Standard_matrix_multiplication_", (("M", "128"), ("K", "1024"), ("N", "512")), 5,

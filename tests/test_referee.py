@@ -352,6 +352,21 @@ def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
     assert result.memory["outputs_cross"] == "host memory"
 
 
+def test_the_range_plan_puts_back_every_state_entry_it_moved():
+    """The range plan moves each state entry it tries in place (no float64 copy of the model) and puts it back from
+    its copy: with a clock that never ends its budget, every entry of a small model is tried, and the model's
+    state is the same bit for bit after (a moved weight left in place changes every later expectation)."""
+    from kerneljudge.referee import ranges
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    ranges.plan(model, [torch.randn(16, 8)], seed=3, clock_ms=lambda: 0.0)
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before), [
+        name for name in before if not torch.equal(before[name], after[name])]
+
+
 def test_a_shared_description_is_checked_before_the_driver_is_asked():
     """Malformed descriptions never reach the driver: wrong keys, a handle of the wrong length or not hex,
     a negative offset."""

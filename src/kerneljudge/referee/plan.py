@@ -114,9 +114,9 @@ class Float64Plan:
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
         least `chunk_floor_bytes` (a run of a reference held at one precision at a time with
         PARAMETER_HEAVY_FROM_BYTES of parameters or more: PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower);
-        a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`: memory the float64 run will take
-        beyond what is allocated now (the reference's parameters, where it is converted in place:
-        referee/precision.py)."""
+        a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`:
+        memory the float64 run will take beyond what is allocated now (the reference's parameters, where it is
+        converted in place: referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
         free_share = int(max(0, memory.device_free_bytes(device) - reserved_bytes) * BUDGET_SHARE)
@@ -176,7 +176,8 @@ class Float64Plan:
         sampled = list(inputs)  # (the pass copies what it calls the reference on: `ranges.plan`)
         for number, (split, count) in enumerate(self.cuts):
             index = torch.arange(max(1, math.ceil(split.size / (count * (SAMPLE_SHARE if number == 0 else 1)))))
-            sampled = [a.index_select(d, index.to(a.device)) if d is not None else a for a, d in zip(sampled, split.dims)]
+            sampled = [a.index_select(d, index.to(a.device)) if d is not None else a
+                       for a, d in zip(sampled, split.dims)]
         return sampled
 
 
@@ -286,7 +287,7 @@ def _grid(inputs: list, expected, first: Split, second: Split, chunk_bytes: int,
     """`first` crossed with `second`: the fewest chunks that each fit `chunk_bytes` (`_chunk_bytes`; the more square
     of equals), MAX_CHUNKS at most, or where none fits the grid whose chunks take least; a cut left in one chunk is
     left out. For each count of rows, the fewest columns that fit are found by bisection (a chunk's bytes only fall
-    as the columns grow); those counts are ones that run (fewer of the same length would fit too)."""
+    as the columns grow)."""
     def size(rows: int, columns: int) -> float:
         return _chunk_bytes(inputs, expected, ((first, rows), (second, columns)), activations)
 
@@ -305,7 +306,8 @@ def _grid(inputs: list, expected, first: Split, second: Split, chunk_bytes: int,
         key = (rows * low, abs(rows - low), rows, low)
         best = key if best is None or key[:2] < best[:2] else best
     rows, columns = best[2:] if best is not None else least[1:]
-    return tuple((split, count) for split, count in ((first, rows), (second, columns)) if count > 1)
+    counts = ((first, _runs(first.size, rows)), (second, _runs(second.size, columns)))  # (the least's need not run)
+    return tuple((split, count) for split, count in counts if count > 1)
 
 
 def _chunk_bytes(inputs: list, expected, cuts: Cuts, activations: float = 0.0) -> float:
