@@ -255,9 +255,7 @@ def unpack_output(meta: dict[str, Any], blobs: list, device: torch.device,
                   shared: bool = False) -> tuple[str, list[dict], list]:
     """(kind, per-tensor facts, tensors) of a described output; tensors are None where not transferable."""
     kind, facts = _output_facts(meta)
-    tensors = [unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None
-               for fact in facts]
-    return kind, facts, tensors
+    return kind, facts, [_output_tensor(fact, blobs, device, shared) for fact in facts]
 
 
 @contextmanager
@@ -273,13 +271,16 @@ def output_in_place(meta: dict[str, Any], blobs: list, device: torch.device,
     to hold is compared at once, after its batch, like this)."""
     kind, facts = _output_facts(meta)
     with ExitStack() as stack:
-        tensors = []
-        for fact in facts:
-            if "shared" in fact:
-                tensors.append(_view_in(stack, fact, shared))
-            else:
-                tensors.append(unpack_tensor(fact, blobs, device, shared) if "blob" in fact else None)
-        yield kind, facts, tensors
+        yield kind, facts, [_output_tensor(fact, blobs, device, shared, stack) for fact in facts]
+
+
+def _output_tensor(fact: dict, blobs: list, device: torch.device, shared: bool,
+                   in_place: ExitStack | None = None) -> torch.Tensor | None:
+    """One output tensor from its facts: None where not transferable; one shared as a CUDA IPC handle viewed where
+    it lies until `in_place` closes, or (without it) copied; one in a blob unpacked."""
+    if "shared" in fact and in_place is not None:
+        return _view_in(in_place, fact, shared)
+    return unpack_tensor(fact, blobs, device, shared) if "blob" in fact or "shared" in fact else None
 
 
 def _view_in(stack: ExitStack, meta: dict, shared: bool) -> torch.Tensor:

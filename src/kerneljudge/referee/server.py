@@ -53,6 +53,11 @@ def _clock_ns() -> int:
     return time.perf_counter_ns()
 
 
+def _as_received(description: dict, unpacked: tuple[str, list[dict], list]) -> compare.Received:
+    """A candidate's unpacked output (kind, facts, tensors) with the type its process named."""
+    return compare.Received(*unpacked, str(description.get("type", "")))
+
+
 class Referee:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
@@ -149,17 +154,16 @@ class Referee:
 
     def _received(self, description: dict, blobs: list) -> compare.Received:
         """A candidate's output as the referee's own tensors (kept past the request: a held timed output)."""
-        kind, facts, tensors = tensorwire.unpack_output(description, blobs, self.device, self.accepts_shared)
-        return compare.Received(kind, facts, tensors, str(description.get("type", "")))
+        return _as_received(description, tensorwire.unpack_output(description, blobs, self.device,
+                                                                  self.accepts_shared))
 
     @contextmanager
     def _received_in_place(self, description: dict, blobs: list) -> Iterator[compare.Received]:
         """A candidate's output for a look inside the block: large CUDA outputs viewed in the worker's memory
         (tensorwire.output_in_place; the worker holds them until its next request, which the judge sends only
         after this reply), so no copy of them sits beside the referee's expected outputs."""
-        with tensorwire.output_in_place(description, blobs, self.device, self.accepts_shared) as (kind, facts,
-                                                                                                  tensors):
-            yield compare.Received(kind, facts, tensors, str(description.get("type", "")))
+        with tensorwire.output_in_place(description, blobs, self.device, self.accepts_shared) as unpacked:
+            yield _as_received(description, unpacked)
 
     def _inputs_changed(self, kept: list, described: list, blobs: list) -> bool:
         """Whether the inputs, as the worker had them after the call, differ from the kept ones: compared block
