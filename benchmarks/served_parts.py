@@ -6,7 +6,7 @@ temporaries), and one timed batch of a fast candidate in the worker (`proc/timed
 whole batch, then its parts: the refills' draws, the flushes, the calls, the synchronisation); a large
 tensor's way into a sealed memory file and out of it.
 
-    PYTHONPATH=src python benchmarks/served_parts.py [--device cuda] [--repeats 30]
+    PYTHONPATH=src python benchmarks/served_parts.py [--device cuda] [--repeats 30] [--only comparison,...]
 """
 
 from __future__ import annotations
@@ -47,20 +47,25 @@ def comparison(device: torch.device, repeats: int) -> None:
     native = truth.float()
     out = native + 1e-7 * torch.randn_like(native)
     received = compare.Received("tensor", [{"exact": True, "device": str(device)}], [out])
-    for block in (1 << 21, 1 << 22, 1 << 23, 1 << 24):
-        compare.CLOSE_BLOCK[device.type] = block
+    outline = compare.Outline.of(native)
+    largest, per_output = compare.CLOSE_BLOCK[device.type], compare.CLOSE_BLOCKS_PER_OUTPUT
+    for block in (0, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23):  # 0: as the judge compares
+        if block:
+            compare.CLOSE_BLOCK[device.type], compare.CLOSE_BLOCKS_PER_OUTPUT = block, 1
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             held = torch.cuda.memory_allocated(device)
-        ms = _ms(lambda: compare.compare(0, received, native, truth, 1e-4, 1e-4), repeats, device)
-        extra = (torch.cuda.max_memory_allocated(device) - held) / 2**20 if device.type == "cuda" else float("nan")
-        print(f"compare 2048x8192 float32 vs float64, block {block >> 20}M elements: {ms:.2f} ms, "
-              f"temporaries {extra:.0f} MiB")
-    compare.CLOSE_BLOCK[device.type] = 1 << 21
+        for verdict_only in (False, True):
+            ms = _ms(lambda: compare.compare(0, received, outline, native, truth, 1e-4, 1e-4,
+                                             verdict_only=verdict_only), repeats, device)
+            extra = (torch.cuda.max_memory_allocated(device) - held) / 2**20 if device.type == "cuda" else float("nan")
+            print(f"compare 2048x8192 float32 vs float64{' (verdict only)' if verdict_only else ''}, block "
+                  f"{f'{block >> 10}K elements' if block else 'as judged'}: {ms:.2f} ms, temporaries {extra:.0f} MiB")
+        compare.CLOSE_BLOCK[device.type], compare.CLOSE_BLOCKS_PER_OUTPUT = largest, per_output
     unwritten = _ms(lambda: compare.unwritten(received, native), repeats, device)
     if device.type == "cuda":
-        emptied = _ms(lambda: (torch.cuda.empty_cache(), compare.compare(0, received, native, truth, 1e-4, 1e-4)),
-                      repeats, device)
+        emptied = _ms(lambda: (torch.cuda.empty_cache(),
+                               compare.compare(0, received, outline, native, truth, 1e-4, 1e-4)), repeats, device)
         print(f"unwritten(): {unwritten:.2f} ms; compare right after torch.cuda.empty_cache(): {emptied:.2f} ms")
 
 
@@ -185,16 +190,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--only", default=None, help="comma-separated parts: first-calls, setup, comparison, batches, "
+                        "packing (default: all)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
-    first_calls(device)
-    setup_parts(device)
-    comparison(device, args.repeats)
-    batches(device, args.repeats)
-    packing(device, min(args.repeats, 7))
+    parts = {"first-calls": lambda: first_calls(device), "setup": lambda: setup_parts(device),
+             "comparison": lambda: comparison(device, args.repeats), "batches": lambda: batches(device, args.repeats),
+             "packing": lambda: packing(device, min(args.repeats, 7))}
+    chosen = args.only.split(",") if args.only else list(parts)
+    unknown = sorted(set(chosen) - set(parts))
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; choose among {', '.join(parts)}")
+    for name in chosen:
+        parts[name]()
 
 
 if __name__ == "__main__":

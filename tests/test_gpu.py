@@ -131,12 +131,12 @@ def get_init_inputs():
 
 def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     """level1/9's shape at a 1 GiB output (inputs of 4 MiB): the referee compares the candidate's output viewed
-    in the worker's memory (tensorwire.output_in_place), so in the check and the probes it holds its expected
-    output, its float64 truth and a chunk of the float64 run, not a third output-sized copy of the candidate's
-    (3.03 outputs at level1/9's full size before): the judge's peak is the comparison, the worker holding the
-    output beside the referee's two and its comparison's blocks (3.3 outputs here on an H100; the copy added a
-    fourth);
-    a wrong output is still seen there."""
+    in the worker's memory (tensorwire.output_in_place), not an output-sized copy of it; its own native output
+    is let go once drawn (within the tolerance of the truth: referee/session.expect), and the worker lets the
+    compared output go before the next draw (stages/context.Judging.let_go): at most two outputs are held at
+    once, the referee's expected one and truth while it draws (2.26 outputs on an H100); 3.29-3.30 outputs with the
+    worker's output held through the next draw (the repeat and range probes') or the referee's expected output kept
+    beside its truth; a wrong output is still seen there."""
     problem = tmp_path / "tall_skinny.py"
     problem.write_text(TALL_SKINNY.format(change=""))
     honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"
@@ -147,8 +147,9 @@ def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     memory, output_bytes = result.memory, 1 << 30
     assert memory["outputs_cross"] == "cuda-ipc" and memory["reference"]["float64"] == "chunked", memory
     peaks = {stage: memory["stages"][stage]["referee"] / output_bytes for stage in ("check", "probes")}
+    print(f"referee peaks {peaks}, judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs")
     assert all(peak < 2.75 for peak in peaks.values()), peaks
-    assert memory["judge_peak_bytes"] / output_bytes < 3.6, memory
+    assert memory["judge_peak_bytes"] / output_bytes < 2.5, memory
     failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
     assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
 

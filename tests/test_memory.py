@@ -634,3 +634,87 @@ def test_on_a_gpu_a_reference_of_16_mib_of_parameters_is_held_at_one_precision_o
     assert Precisions(mid, model_bytes(mid), torch.device("cuda")).one_at_a_time
     assert not Precisions(mid, model_bytes(mid), torch.device("cpu")).one_at_a_time
     assert not Precisions(small, model_bytes(small), torch.device("cuda")).one_at_a_time
+
+
+def test_an_output_compared_where_the_worker_holds_it_is_let_go_before_anything_else_is_asked():
+    """A worker holds the tensors its reply shared in its own device memory (CUDA IPC) until its next request; once
+    the referee has compared them there (or, for an output no comparison reads, at once), the judge sends the worker
+    a request (any request lets them go), so they are not held while the referee draws the next trial beside its
+    expected outputs (level1/7 on an H100: the repeat probe's second 4 GiB output held through the next probe's draw,
+    three outputs at once). An output that crossed through host memory needs none."""
+    from kerneljudge import protocol
+    from kerneljudge.options import Options
+    from kerneljudge.records import Trial
+    from kerneljudge.stages.context import Judging
+
+    asked: list[tuple[str, str]] = []
+
+    class Process:
+        def __init__(self, role: str, answer: dict):
+            self.role, self.answer = role, answer
+
+        def call(self, request, blobs=()):
+            asked.append((self.role, request.op))
+            return self.answer
+
+    j = Judging(Options(device="cpu"), Process("worker", {}),
+                Process("referee", {"trial": Trial(0, True).to_json()}), "cuda")
+    shared = {"t": "tensor", "dtype": "float32", "shape": [4], "shared": {"handle": "ab" * 64, "offset": 0}}
+    inline = {"t": "tensor", "dtype": "float32", "shape": [4], "blob": 0}
+    for reply, let_go in (({"output": {"kind": "tensor", "tensors": [shared]}}, True),
+                          ({"output": {"kind": "tensor", "tensors": [inline]}, "inputs_after": [shared]}, True),
+                          ({"output": {"kind": "tensor", "tensors": [inline]}, "inputs_after": [inline]}, False),
+                          ({"output": {"kind": "tensor", "tensors": "not a list"}}, False)):
+        asked.clear()
+        trial, _, _ = j.compare(5, 0, {**reply, "_blobs": [b"\0" * 16]}, "check", inputs=True)
+        assert trial.passed
+        assert asked == [("referee", "compare")] + ([("worker", protocol.Ready.op)] if let_go else []), (reply, asked)
+    # the repeat probe's two outputs (compared by the referee as a pair), and an output no comparison reads
+    for reply, let_go in (({"first": {"kind": "tensor", "tensors": [inline]},
+                            "second": {"kind": "tensor", "tensors": [shared]}}, True),
+                          ({"first": {"kind": "tensor", "tensors": [inline]}, "second": "not an output"}, False),
+                          ({"output": {"kind": "tuple", "tensors": [inline, shared]}}, True)):
+        asked.clear()
+        j.let_go(reply, "probe")
+        assert asked == ([("worker", protocol.Ready.op)] if let_go else []), (reply, asked)
+
+
+def _holds_an_output(reply: dict) -> bool:
+    """Whether a worker's reply describes an output of the candidate's (a call's, or the repeat probe's two)."""
+    return any(isinstance(reply.get(key), dict) and reply[key].get("tensors") for key in ("output", "first", "second"))
+
+
+@needs_kernelbench
+@pytest.mark.parametrize("name, sizes", [("21_Sigmoid", (("batch_size", "4"), ("dim", "4096"))),
+                                         ("12_Gemm", (("batch_size", "8"), ("in_features", "64"),
+                                                      ("out_features", "32")))])
+def test_no_referee_draw_meets_an_output_the_worker_still_holds(fast, tmp_path, monkeypatch, name, sizes):
+    """Request by request through a whole check and every probe, with every output taken as shared (on a GPU large
+    outputs are, held by the worker until its next request): whenever the referee draws inputs and makes its
+    expected outputs, the worker holds no output of the candidate's any more (level1/7 on an H100: a 4 GiB output
+    left in the worker by the repeat probe, then by the range probe, met the next draw's expected output and truth,
+    3.13 footprints). Sigmoid's range probes move its inputs alone (nothing is sent to the worker between two), the
+    Gemm's its parameters too."""
+    from kerneljudge.stages import context
+
+    events: list[tuple[str, str, bool]] = []
+    plain = isolation.WorkerProcess.call
+
+    def call(process, request, blobs=(), **kw):
+        reply = plain(process, request, blobs, **kw)
+        events.append((process.role, request.op, getattr(request, "expect", False), _holds_an_output(reply)))
+        return reply
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", call)
+    monkeypatch.setattr(context, "_shared", _holds_an_output)
+    problem = next(KERNELBENCH.glob(f"level*/{name}*"))
+    result = api.evaluate(problem, honest(problem, tmp_path), fast, overrides=sizes, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert result.probes.get("ranges", {}).get("probes"), result.probes.get("ranges")
+    held, met = None, []
+    for role, op, expect, holds in events:
+        if role == "worker":
+            held = op if holds else None
+        elif op == "make-inputs" and expect and held:
+            met.append(held)
+    assert not met and any(op == "ready" for _, op, _, _ in events), (met, events)

@@ -572,8 +572,9 @@ def test_a_verdict_only_comparison_decides_as_the_full_one(case):
     if case == "second-output-off":
         second[0, 0] += 1.0
     received, native, truths = _received(out, second), (reference, second_truth.float()), (truth, second_truth)
-    full = compare.compare(4, received, native, truths, 1e-4, 1e-4)
-    quick = compare.compare(4, received, native, truths, 1e-4, 1e-4, verdict_only=True)
+    outline = compare.Outline.of(native)
+    full = compare.compare(4, received, outline, native, truths, 1e-4, 1e-4)
+    quick = compare.compare(4, received, outline, native, truths, 1e-4, 1e-4, verdict_only=True)
     assert quick.trial.passed == full.trial.passed
     assert [(f.code, f.message) for f in quick.findings] == [(f.code, f.message) for f in full.findings]
     expected = case in ("close", "special-alike", "imprecise-reference")
@@ -864,3 +865,81 @@ def test_a_parameter_staged_through_host_memory_keeps_its_layout_and_every_chang
         assert native.w.dtype == torch.float32 and torch.equal(native.w, torch.full((4,), value))
         assert torch.equal(native.k, k) and native.k.is_contiguous(memory_format=torch.channels_last)
     assert len(held.staging.host) == 2
+
+
+LETS_GO_OF_ITS_NATIVE_OUTPUT = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [32]
+'''
+
+
+@pytest.mark.parametrize("atol", [None, 1e-9])
+def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing_is_judged_otherwise(tmp_path, atol):
+    """Where the reference's own output is within the evaluation's tolerance of the float64 truth everywhere, the
+    referee lets it go once drawn (one output less held while the candidate's is made and compared) and keeps its
+    outline: every comparison (strict or range, full or verdict only, the unwritten count, the structure's
+    findings) answers what it answers with the native output kept. At atol 1e-9 the native output misses the
+    truth, is kept, and the candidate is held to it (`reference-imprecise`; the range probe is skipped)."""
+    from kerneljudge.proc import tensorwire
+    from kerneljudge.proc.perturb import INPUTS, Transform
+    from kerneljudge.referee.server import Referee
+
+    path = tmp_path / "tanh_linear.py"
+    path.write_text(LETS_GO_OF_ITS_NATIVE_OUTPUT)
+    problem = {"path": str(path), "source": LETS_GO_OF_ITS_NATIVE_OUTPUT, "constants": {}}
+    letting_go, keeping = Referee(), Referee()
+    for referee in (letting_go, keeping):
+        referee.setup(protocol.Setup(problem, 1, 2, atol=atol, rtol=atol), [])
+    keeping.session.tolerance = None  # every native output kept
+
+    def compared(referee: Referee, seed: int, out, **flags) -> dict:
+        description, blobs = tensorwire.describe_output(out)
+        return referee.compare(protocol.Compare(seed, 0, description, atol=flags.pop("atol", atol),
+                                                rtol=flags.pop("rtol", atol), keep=True, **flags), list(blobs))[0]
+
+    moved = Transform(INPUTS, scale=10.0).to_json()
+    for seed, transform, rule in ((5, None, "strict"), (6, moved, "range")):
+        for referee in (letting_go, keeping):
+            referee.make_inputs(protocol.MakeInputs(seed, transform=transform), [])
+        native = keeping.session.kept[seed].expected
+        assert (letting_go.session.kept[seed].expected is None) is (atol is None)
+        assert letting_go.session.kept[seed].outline == keeping.session.kept[seed].outline
+        off, unwritten = native.clone(), native.clone()
+        off[3, 7] += 1.0
+        unwritten[0, :5] = float("nan")
+        outputs = {"native": native, "near": native + 1e-6, "off": off, "unwritten": unwritten,
+                   "shape": native[:, :16], "dtype": native.double(), "tuple": (native,), "none": None}
+        for name, out in outputs.items():
+            for verdict_only in (False, True):
+                answers = [json.dumps(compared(referee, seed, out, rule=rule, verdict_only=verdict_only),
+                                      sort_keys=True) for referee in (letting_go, keeping)]
+                assert answers[0] == answers[1], (name, rule, verdict_only)
+                answer = json.loads(answers[0])
+                if "skipped" in answer:  # the native output misses the range probe's tolerance itself
+                    assert rule == "range" and atol == 1e-9, answer
+                    continue
+                assert answer["trial"]["passed"] is (name == "native" or (name == "near" and atol is None)), answer
+                assert any(f["code"] == "reference-imprecise" for f in answer["findings"]) is (
+                    atol == 1e-9 and name in ("native", "near", "off", "unwritten"))  # (each misses the truth)
+                if name == "unwritten" and not verdict_only:
+                    assert answer["unwritten"] == 5
+    if atol is None:  # a comparison at another tolerance than the one the native output was let go within
+        with pytest.raises(ValueError, match="let go within the tolerance"):
+            compared(letting_go, 5, native, atol=1e-3, rtol=1e-3)

@@ -64,7 +64,8 @@ class Ping(Request):
 class Ready(Request):
     """Answered as soon as the process serves requests (its start-up imports done); touches no device, so a
     pool can wait for a spare's start to end before something is measured (isolation.WorkerPool.settle).
-    Reply: nothing."""
+    Like any request, it makes a worker let go of the tensors its last reply shared in its own device memory:
+    the judge sends it once nothing reads them any more (stages/context.Judging.let_go). Reply: nothing."""
     op: ClassVar[str] = "ready"
 
 
@@ -150,6 +151,8 @@ class Setup(Request):
     kernelbench: bool = False
     call_seed: int | None = None  # the generators are seeded with it before every reference call (proc/rng)
     float64_budget_mb: int | None = None  # None: a share of the free memory (referee/plan)
+    atol: float | None = None  # the evaluation's tolerance, every Compare's (None: the output dtype's)
+    rtol: float | None = None
 
 
 @request

@@ -11,7 +11,7 @@ fp16 reductions), the candidate is held to the native reference instead and an i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 
@@ -21,10 +21,15 @@ from kerneljudge.records import Finding, Trial
 STAGE = "check"
 WORST_SHOWN = 5  # elements listed on a failing trial, the message names the first WORST_IN_MESSAGE
 WORST_IN_MESSAGE = 3
-# Elements compared at once, whatever the output's size: a block's float64 temporaries (about 15 alive
-# at once) stay near 30 MB on a CPU and 250 MB on a GPU, where larger blocks keep launches fewer (a
-# 16M-element block's 2 GB was ten times the footprint of a 4096x4096 matmul).
+# Elements compared at once, at most, whatever the output's size: a block's float64 temporaries (about 66
+# bytes an element at the comparison's peak) stay near 17 MB on a CPU and 132 MB on a GPU, where larger blocks
+# keep launches fewer (a 16M-element block's 2 GB was ten times the footprint of a 4096x4096 matmul) ...
 CLOSE_BLOCK = {"cpu": 1 << 18, "cuda": 1 << 21}
+# ... and a mid-size output is compared in about this many blocks (none under CLOSE_BLOCK_LEAST elements), so
+# the temporaries stay near its own size: level2/12's 32 MiB output took 132 MiB of them in blocks of 2M
+# elements on an H100, the judge's peak a third of its footprint above what it held.
+CLOSE_BLOCKS_PER_OUTPUT = 16
+CLOSE_BLOCK_LEAST = 1 << 16
 
 
 @dataclass
@@ -33,11 +38,48 @@ class Comparison:
     findings: list[Finding] = field(default_factory=list)
 
 
-def tolerance(reference_out, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    """atol/rtol from the reference output's dtype (DEFAULT_TOLERANCE) unless given."""
-    tensors = as_tensors(reference_out) or []
-    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
-    default = DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
+class TensorOutline(NamedTuple):
+    """One tensor of a reference output, without its values."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape.numel() * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Outline:
+    """A reference output's structure, all a comparison checks before any value (`structure_problem`): kept
+    with every expectation, where the native output itself may be let go once the float64 truth alone decides
+    (session.RefereeSession.expect)."""
+
+    tensor: bool  # a single tensor, else a tuple or list of them
+    type_name: str
+    tensors: tuple[TensorOutline, ...]
+
+    @classmethod
+    def of(cls, out) -> "Outline":
+        tensors = as_tensors(out)
+        if tensors is None:
+            raise ValueError(f"the reference's forward returned a {type(out).__name__}, not a tensor or a tuple or "
+                             "list of tensors")
+        return cls(isinstance(out, torch.Tensor), type(out).__name__,
+                   tuple(TensorOutline(t.shape, t.dtype, t.device) for t in tensors))
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The first tensor's dtype (the tolerance's), None where there is none."""
+        return self.tensors[0].dtype if self.tensors else None
+
+
+def tolerance(dtype: torch.dtype | None, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """atol/rtol from the reference output's dtype (its first tensor's: `Outline.dtype`; DEFAULT_TOLERANCE)
+    unless given."""
+    name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+    default = DEFAULT_TOLERANCE.get(name, DEFAULT_TOLERANCE["float32"])
     return (default if atol is None else atol), (default if rtol is None else rtol)
 
 
@@ -51,13 +93,15 @@ def as_tensors(out) -> list | None:
 
 
 def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
-    """(first flat index, [the same block of each tensor in float64]) over equally sized tensors, CLOSE_BLOCK
-    elements at a time, on the first one's device: every elementwise pass of the referee over an output
-    goes through here, so its float64 temporaries stay bounded whatever the output's size (the memory plan:
-    a whole 6.4 GB float32 output would otherwise take 12.8 GB per temporary)."""
+    """(first flat index, [the same block of each tensor in float64]) over equally sized tensors, a sixteenth of
+    them at a time within CLOSE_BLOCK_LEAST and CLOSE_BLOCK elements, on the first one's device: every
+    elementwise pass of the referee over an output goes through here, so its float64 temporaries stay bounded
+    whatever the output's size (the memory plan: a whole 6.4 GB float32 output would otherwise take 12.8 GB per
+    temporary)."""
     flats = [t.detach().reshape(-1) for t in tensors]
     device = flats[0].device
-    block = CLOSE_BLOCK.get(device.type, CLOSE_BLOCK["cpu"])
+    block = min(CLOSE_BLOCK.get(device.type, CLOSE_BLOCK["cpu"]),
+                max(CLOSE_BLOCK_LEAST, flats[0].numel() // CLOSE_BLOCKS_PER_OUTPUT))
     for begin in range(0, flats[0].numel(), block):
         yield begin, [f[begin:begin + block].to(device=device, dtype=torch.float64) for f in flats]  # one copy each
 
@@ -86,18 +130,17 @@ class Received:
     type_name: str = ""
 
 
-def structure_problem(received: Received, ref_out) -> Finding | None:
+def structure_problem(received: Received, outline: Outline) -> Finding | None:
     """The first structural difference between the outputs, as a finding; None if they line up."""
     if received.kind == "none":
         return Finding.of("output-none", "forward returned None", stage=STAGE)
     if received.kind == "other":
         return Finding.of("output-type", f"forward returned {received.type_name.rsplit('.', 1)[-1] or 'an object'}, "
                           "not a tensor", stage=STAGE)
-    refs = as_tensors(ref_out)
-    if (received.kind == "tensor") != isinstance(ref_out, torch.Tensor):  # a drop-in replacement's structure
+    refs = outline.tensors
+    if (received.kind == "tensor") != outline.tensor:  # a drop-in replacement's structure
         got = "a tensor" if received.kind == "tensor" else f"a {received.kind} of {len(received.facts)} tensors"
-        expected = ("a tensor" if isinstance(ref_out, torch.Tensor)
-                    else f"a {type(ref_out).__name__} of {len(refs)} tensors")
+        expected = "a tensor" if outline.tensor else f"a {outline.type_name} of {len(refs)} tensors"
         return Finding.of("output-shape", f"forward returned {got}, the reference {expected}", stage=STAGE)
     if len(received.facts) != len(refs):
         return Finding.of("output-shape", f"forward returned {len(received.facts)} tensors, the reference "
@@ -119,17 +162,20 @@ def structure_problem(received: Received, ref_out) -> Finding | None:
     return None
 
 
-def compare(index: int, received: Received, ref_out, ref64_out, atol: float, rtol: float, *,
+def compare(index: int, received: Received, outline: Outline, ref_out, ref64_out, atol: float, rtol: float, *,
             verdict_only: bool = False) -> Comparison:
-    """Compare one trial's outputs; ref64_out may be None when the reference cannot run in float64.
+    """Compare one trial's outputs with the reference's (`outline`: its structure); ref64_out may be None when
+    the reference cannot run in float64, ref_out (the native output) where it was let go because it is within
+    the tolerance of ref64_out everywhere (`within`: the fallback to it below can never be taken then).
     `verdict_only`: an output within the tolerance of the truth everywhere passes at once, without the
     trial's figures (a timed output's check, a probe's): one pass that counts the misses, a third of the
     GPU launches of the figures' pass (each a Python call: 14 ms of a 64 MiB output's 15 ms on the H200).
     Any other output gets the full comparison, so the verdict and the findings are the same either way."""
-    problem = structure_problem(received, ref_out)
+    problem = structure_problem(received, outline)
     if problem is not None:
         return Comparison(Trial(index, False, message=problem.message), [problem])
-    cands, refs = received.tensors, as_tensors(ref_out)
+    cands = received.tensors
+    refs = as_tensors(ref_out) if ref_out is not None else None
     truths = as_tensors(ref64_out) if ref64_out is not None else refs
     if verdict_only and all(_misses_count(c, t, atol, rtol) == 0 for c, t in zip(cands, truths)):
         return Comparison(Trial(index, True, atol=atol, rtol=rtol,
@@ -137,12 +183,13 @@ def compare(index: int, received: Received, ref_out, ref64_out, atol: float, rto
                                 mismatched=0, elements=sum(c.numel() for c in cands)))
     findings: list[Finding] = []
     closeness, native = [], []
-    for number, (c, r, t) in enumerate(zip(cands, refs, truths)):
+    for number, (c, t) in enumerate(zip(cands, truths)):
         close = _close(c, t, atol, rtol)
         # an output within the tolerance of float64 passes whatever the reference's own precision; one that is
         # not is compared with the reference at its precision where that reference misses float64 too
-        if ref64_out is not None and not close[0] and not _close(r, t, atol, rtol, find_worst=False)[0]:
-            close = _close(c, r, atol, rtol)
+        if ref64_out is not None and refs is not None and not close[0] and \
+                not _close(refs[number], t, atol, rtol, find_worst=False)[0]:
+            close = _close(c, refs[number], atol, rtol)
             native.append(number)
         closeness.append(close)
     compared_to = "native" if ref64_out is None or native else "float64"
@@ -261,6 +308,12 @@ def _misses(o: torch.Tensor, t: torch.Tensor, atol: float, rtol: float) -> tuple
     return finite, missed, diff.nan_to_num_(nan=float("inf"), posinf=float("inf"))
 
 
+def within(ref_out, ref64_out, atol: float, rtol: float) -> bool:
+    """Whether the reference's output at its own precision is within the tolerance of the float64 truth
+    everywhere (`_passing`: then it is NaN exactly where the truth is, and infinite where it is)."""
+    return all(_misses_count(r, t, atol, rtol) == 0 for r, t in zip(as_tensors(ref_out), as_tensors(ref64_out)))
+
+
 def _misses_count(out: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> int:
     """How many elements of `out` miss (`_passing`), counted block by block on the device, read once."""
     count = None
@@ -280,12 +333,13 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-def compare_allclose(index: int, received: Received, ref_out, atol: float | None, rtol: float | None) -> Comparison:
+def compare_allclose(index: int, received: Received, outline: Outline, ref_out, atol: float | None,
+                     rtol: float | None) -> Comparison:
     """KernelBench's rule: shapes, then torch.allclose against the native reference (no float64)."""
-    problem = structure_problem(received, ref_out)
+    problem = structure_problem(received, outline)
     if problem is not None:
         return Comparison(Trial(index, False, message=problem.message), [problem])
-    a, r = tolerance(ref_out, atol, rtol)
+    a, r = tolerance(outline.dtype, atol, rtol)
     outs, refs = received.tensors, as_tensors(ref_out)
     diffs = [(o.double() - e.double()).abs() for o, e in zip(outs, refs)]
     max_abs = max(float(d.max()) if d.numel() else 0.0 for d in diffs)
@@ -299,7 +353,8 @@ def compare_allclose(index: int, received: Received, ref_out, atol: float | None
 
 
 def unwritten(received: Received, ref_out) -> int:
-    """Output elements that are NaN where the reference's are not (left unwritten on poisoned memory)."""
+    """Output elements that are NaN where the reference's are not (left unwritten on poisoned memory); `ref_out`
+    the native output or, where that was let go, the float64 truth (NaN at the same elements: `within`)."""
     refs = as_tensors(ref_out) or []
     counts = [(torch.isnan(x) & ~torch.isnan(y)).sum() for o, r in zip(received.tensors, refs)
               if o is not None and o.shape == r.shape and o.is_floating_point() for _, (x, y) in float64_blocks(o, r)]
@@ -315,7 +370,7 @@ def pair_difference(first: Received, second: Received, atol: float | None, rtol:
             continue
         if a.shape != b.shape:
             return "shapes differ"
-        at, rt = tolerance(a, atol, rtol)
+        at, rt = tolerance(a.dtype, atol, rtol)
         misses = [float((x - y).abs().nan_to_num(float("inf")).max()) for _, (x, y) in float64_blocks(a, b)
                   if not torch.allclose(x, y, atol=at, rtol=rt, equal_nan=True)]
         if misses:

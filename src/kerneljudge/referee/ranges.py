@@ -151,8 +151,11 @@ def tolerance(expected, expected64, atol: float, rtol: float) -> tuple[float, fl
     """A range probe's (atol, rtol), or why it is skipped. atol is scaled by the float64 output's root mean
     square (at least 1), rtol kept: an output ten times larger may be off by ten times more near zero,
     never by more relative to each element. Skipped where the float64 reference overflows, or where the
-    reference at its own precision misses that tolerance itself (ill-conditioned here)."""
-    truths, natives = as_tensors(expected64), as_tensors(expected)
+    reference at its own precision misses that tolerance itself (ill-conditioned here; `expected` None: the native
+    output was let go, within the tolerance `atol`, `rtol` of the truth, and so within this one, whose atol is
+    no smaller)."""
+    truths = as_tensors(expected64) if expected64 is not None else None
+    natives = as_tensors(expected) if expected is not None else []
     if truths is None or natives is None:
         return atol, rtol, "no float64 reference to compare with"
     truths = [t for t in truths if t.is_floating_point()]

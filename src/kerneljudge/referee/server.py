@@ -121,7 +121,8 @@ class Referee:
         try:
             budget = request.float64_budget_mb * 2**20 if request.float64_budget_mb is not None else None
             self.session = RefereeSession.build(module, self.device, request.init_seed, request.init_inputs_seed,
-                                                request.kernelbench, request.call_seed, budget)
+                                                request.kernelbench, request.call_seed, budget,
+                                                (request.atol, request.rtol))
         except Exception as exc:  # noqa: BLE001
             return {"findings": [classify(exc, stage="check", code="problem-error",
                                           what="Model(*get_init_inputs())").finding.to_json()]}, []
@@ -145,7 +146,7 @@ class Referee:
         kept = self.session.kept.get(request.seed) if request.expect else None
         data = {"reference": reference}
         if kept is not None:  # the first call's poisoned blocks (protocol.Forward)
-            data["output_bytes"] = [memory.tensor_bytes([t]) for t in tensorwire.tensors_of(kept.expected)]
+            data["output_bytes"] = [t.nbytes for t in kept.outline.tensors if t.shape.numel()]
             data["scratch_bytes"] = self.session.footprint.get("activations_bytes", 0)
         if not request.send:
             return data, []
@@ -215,22 +216,30 @@ class Referee:
         if mutated:
             findings.append(Finding.of("input-mutation", f"trial {request.index}: the candidate's forward changed "
                                        "its input tensors", stage="check", trial=request.index))
+        if kept.expected is None and (request.atol, request.rtol) != self.session.tolerance:
+            raise ValueError(f"the native output of seed {request.seed} was let go within the tolerance "
+                             f"{self.session.tolerance}, not {(request.atol, request.rtol)}")
+        outline = kept.outline
         if request.rule == "kernelbench":
-            result = compare.compare_allclose(request.index, received, kept.expected, request.atol, request.rtol)
+            result = compare.compare_allclose(request.index, received, outline, kept.expected, request.atol,
+                                              request.rtol)
         elif request.rule == "range":
             atol, rtol, skipped = ranges.tolerance(kept.expected, kept.expected64,
-                                                   *compare.tolerance(kept.expected, request.atol, request.rtol))
+                                                   *compare.tolerance(outline.dtype, request.atol, request.rtol))
             if skipped:
                 return {"skipped": skipped}, []
-            result = compare.compare(request.index, received, kept.expected, kept.expected64, atol, rtol)
+            result = compare.compare(request.index, received, outline, kept.expected, kept.expected64, atol, rtol)
         else:
-            atol, rtol = compare.tolerance(kept.expected, request.atol, request.rtol)
-            truth = kept.expected64 if request.rule == "strict" else None
-            result = compare.compare(request.index, received, kept.expected, truth, atol, rtol,
+            atol, rtol = compare.tolerance(outline.dtype, request.atol, request.rtol)
+            if request.rule == "strict":
+                native, truth = kept.expected, kept.expected64
+            else:
+                native, truth = kept.values, None
+            result = compare.compare(request.index, received, outline, native, truth, atol, rtol,
                                      verdict_only=request.verdict_only)
         reply = {"trial": result.trial.to_json(), "findings": [f.to_json() for f in findings + result.findings]}
         if not request.verdict_only:
-            reply["unwritten"] = compare.unwritten(received, kept.expected)
+            reply["unwritten"] = compare.unwritten(received, kept.values)
         return reply, []
 
     def compare_pair(self, request: protocol.ComparePair, blobs: list) -> Reply:

@@ -7,6 +7,7 @@ candidate is the data the judge relays (output bytes and the facts the worker re
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -17,6 +18,7 @@ from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
+from kerneljudge.referee.compare import Outline, tolerance, within
 from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
 from kerneljudge.referee.precision import Precisions
 
@@ -35,11 +37,19 @@ UNCOPIED_FROM_BYTES = 256 << 20
 @dataclass
 class Expectation:
     """A trial's inputs (as drawn; None once let go: `RefereeSession.draw`) and the reference's outputs for them,
-    native and float64 (None where the float64 reference is not used; see `Float64Plan`)."""
+    native and float64 (None where the float64 reference is not used; see `Float64Plan`), with the native one's
+    structure (`outline`; the native output itself None where it was let go: `RefereeSession.expect`)."""
 
     inputs: list | None
     expected: Any
     expected64: Any
+    outline: Outline
+
+    @property
+    def values(self):
+        """What a comparison without the float64 truth, and the count of unwritten elements, take: the native
+        output, or the truth where the native one was let go (within the tolerance of it everywhere)."""
+        return self.expected if self.expected is not None else self.expected64
 
 
 @dataclass
@@ -53,18 +63,24 @@ class RefereeSession:
     kept: dict[int, Expectation] = field(default_factory=dict)
     footprint: dict[str, int] = field(default_factory=dict)  # measured on the first expectation
     range_originals: dict[str, torch.Tensor] = field(default_factory=dict)  # entries a range probe changed
+    # the evaluation's (atol, rtol) as options give them (either None: the output dtype's), which every comparison
+    # uses: a native output within it of the float64 truth is let go (`expect`); None: native outputs are all kept
+    tolerance: tuple[float | None, float | None] | None = None
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
               kernelbench: bool, call_seed: int | None = None,
-              float64_budget_bytes: int | None = None) -> "RefereeSession":
+              float64_budget_bytes: int | None = None,
+              tolerance: tuple[float | None, float | None] | None = None) -> "RefereeSession":
         """The reference from `init_seed` (parameters created on the device), at both precisions
         (referee/precision.py). `call_seed`: the generators are seeded with it before every reference call
-        (see proc/rng)."""
+        (see proc/rng). `tolerance`: the evaluation's (atol, rtol), where native outputs within it of the truth
+        may be let go."""
         reference, _ = build_seeded(problem.Model, problem, device, init_seed, init_inputs_seed, kernelbench)
         reference.eval()
         session = cls(problem, device, Precisions(reference, memory.model_bytes(reference), device), kernelbench,
-                      CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes))
+                      CallSeeding(call_seed, device), Float64Plan(device, float64_budget_bytes),
+                      tolerance=tolerance)
         if not session.reference.one_at_a_time:
             session.float64()  # the copy made now, before any call changes the model's state (and sized with it)
         return session
@@ -117,7 +133,8 @@ class RefereeSession:
             with torch.no_grad():
                 expected = self.native()(*inputs)
             synchronize(self.device)
-            self.kept[seed] = Expectation(clone_args(inputs) if keep_inputs else None, expected, None)
+            self.kept[seed] = Expectation(clone_args(inputs) if keep_inputs else None, expected, None,
+                                          Outline.of(expected))
             return inputs
 
         def drawn() -> list:
@@ -127,7 +144,7 @@ class RefereeSession:
         if not expect:
             return drawn()
         expectation = self.expect(drawn, float64)
-        self.kept[seed] = expectation if keep_inputs else Expectation(None, expectation.expected, expectation.expected64)
+        self.kept[seed] = expectation if keep_inputs else dataclasses.replace(expectation, inputs=None)
         return expectation.inputs
 
     def expect(self, draw: Callable[[], list], float64: bool = True) -> Expectation:
@@ -137,7 +154,10 @@ class RefereeSession:
         Inputs of UNCOPIED_FROM_BYTES or more go to the native reference as they are where nothing else holds
         them (proc/inputs.owned), not as copies (a second footprint of a large input beside them: level1/47's
         8 GiB); where it changed them (their checksums before and after differ) they are drawn again, so the
-        kept inputs are always what the candidate gets."""
+        kept inputs are always what the candidate gets. A native output within the evaluation's tolerance of the
+        float64 truth everywhere is let go (its outline kept): a comparison with the truth never falls back to it
+        then, and the referee held it beside the truth while the candidate's output was made and compared
+        (level1/7 on an H100: three 4 GiB outputs in the two processes, 3.1 times the footprint)."""
         first = not self.footprint
         inputs = draw()
         large = memory.tensor_bytes(inputs) >= UNCOPIED_FROM_BYTES
@@ -163,7 +183,11 @@ class RefereeSession:
                                        checks_aside=self._state_kept)
             if self.plan.need > RELEASE_AFTER_RUN_BYTES:
                 self._release()
-        return Expectation(inputs, expected, expected64)
+        outline = Outline.of(expected)
+        if expected64 is not None and self.tolerance is not None and \
+                within(expected, expected64, *tolerance(outline.dtype, *self.tolerance)):
+            expected = None  # the truth alone decides every comparison: one output less held until then
+        return Expectation(inputs, expected, expected64, outline)
 
     @contextmanager
     def _state_kept(self) -> Iterator[None]:

@@ -51,8 +51,9 @@ def start_setup(j: Judging, problem: dict[str, Any], seed: int, *, kernelbench: 
     (`reference_built`: before anything of the candidate's is imported)."""
     init_seed = KERNELBENCH_SEED if kernelbench else derive_seed(seed, "init")
     init_inputs_seed, call_seed = derive_seed(seed, "init-inputs"), None if kernelbench else derive_seed(seed, "call")
+    check = j.options.check
     pending = j.referee.submit(protocol.Setup(problem, init_seed, init_inputs_seed, kernelbench, call_seed,
-                                              j.options.check.float64_budget_mb))
+                                              check.float64_budget_mb, check.atol, check.rtol))
     return SetupStarted(pending, kernelbench, init_seed, init_inputs_seed, call_seed)
 
 

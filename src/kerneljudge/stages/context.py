@@ -63,6 +63,14 @@ class Judging:
             raise StageEnded()
         return reply
 
+    def let_go(self, reply: dict[str, Any], stage: str) -> None:
+        """The worker lets go of the tensors its `reply` shared in its own device memory (proc/deviceshare), once
+        nothing reads them any more: it holds them until its next request (any request lets them go:
+        worker/server.py), and the referee's next draw would otherwise make its expected outputs beside them
+        (level1/7 on an H100: a 4 GiB output held through the next draw, three outputs at once)."""
+        if _shared(reply):
+            self.take(self.worker.call(protocol.Ready()), stage)
+
     # ---- the relay --------------------------------------------------------------------------------
     def draw(self, seed: int, stage: str, *, kernelbench: bool = False, expect: bool = True,
              timed: bool = False, transform: dict[str, Any] | None = None, keep_inputs: bool = False) -> dict[str, Any]:
@@ -111,10 +119,20 @@ class Judging:
                                    reply["_blobs"])
         if answer.get("error"):
             self.take(answer, stage)  # a referee fault ends the stage
+        self.let_go(reply, stage)
         findings = [_finding(f, stage) for f in answer.get("findings") or []]
         if "trial" not in answer:  # a malformed output: the referee's findings say why
             return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0
         return Trial.from_json(answer["trial"]), findings, int(answer.get("unwritten", 0))
+
+
+def _shared(reply: dict[str, Any]) -> bool:
+    """Whether a worker's reply handed tensors over in its own device memory: an output's (a call's, or the
+    repeat probe's two) or the inputs after a call."""
+    outputs = [reply.get(key) for key in ("output", "first", "second")]
+    lists = [output.get("tensors") for output in outputs if isinstance(output, dict)] + [reply.get("inputs_after")]
+    return any(isinstance(fact, dict) and "shared" in fact for facts in lists if isinstance(facts, list)
+               for fact in facts)
 
 
 def fingerprints_agree(reply: dict, fingerprint: list[float]) -> bool:

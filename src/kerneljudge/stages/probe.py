@@ -116,6 +116,7 @@ def probe_aliasing(j: Judging) -> list[Finding]:
         return []
     seed = _seed(j, "alias")
     reply = j.forward(j.draw(seed, STAGE, expect=False), STAGE, alias=True)
+    j.let_go(reply, STAGE)
     hit = reply.get("aliases")
     return [Finding.of("output-alias", f"the output shares memory with {str(hit)[:200]}", stage=STAGE)] if hit else []
 
@@ -149,6 +150,7 @@ def probe_repeat(j: Judging) -> list[Finding]:
                            "each call overwrites the previous result", stage=STAGE)]
     check = j.options.check
     answer = j.referee.call(protocol.ComparePair(seen["first"], seen["second"], check.atol, check.rtol), seen["_blobs"])
+    j.let_go(seen, STAGE)
     if answer.get("error"):
         return [Finding.of("tampering", "the two outputs of the repeat probe could not be read", stage=STAGE)]
     if answer.get("difference"):
@@ -171,7 +173,7 @@ def probe_unwritten_output(j: Judging) -> list[Finding]:
 
 def probe_refilled_inputs(j: Judging) -> list[Finding]:
     """Row 4: outputs memoised by input address or identity go stale when the buffers get new values."""
-    j.forward(j.draw(_seed(j, "refill-a"), STAGE, expect=False), STAGE, keep="refill")
+    j.let_go(j.forward(j.draw(_seed(j, "refill-a"), STAGE, expect=False), STAGE, keep="refill"), STAGE)
     failed = _check_again(j, "refill-b", reuse="refill")
     if failed:
         return [Finding.of("stale-inputs", "the same input tensors, refilled with new values, gave the previous "
@@ -212,7 +214,7 @@ def probe_parameters(j: Judging) -> list[Finding]:
     names = protocol.strings(j.take(j.referee.call(protocol.StateEntries()), STAGE).get("names"), "names")
     alone = alone_sample(names, _seed(j, "alone"))
     j.info["parameters_changed_alone"] = {"entries": len(names), "changed_alone": alone}
-    j.forward(j.draw(_seed(j, "params-warm"), STAGE, expect=False), STAGE)
+    j.let_go(j.forward(j.draw(_seed(j, "params-warm"), STAGE, expect=False), STAGE), STAGE)
     findings = []
     for how in ("in-place", "replace"):
         stale = {name: failed for name in alone
@@ -250,6 +252,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
         check = j.options.check
         answer = j.referee.call(protocol.Compare(seed, 0, reply["output"], None, check.atol, check.rtol, "range"),
                                 reply["_blobs"])
+        j.let_go(reply, STAGE)  # (a move of the inputs alone sends the worker nothing before the next draw)
         if answer.get("error"):
             j.take(answer, STAGE)  # a referee fault ends the stage
         if answer.get("skipped"):
