@@ -176,7 +176,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        self.kept[seed] = expectation", (_k(REFEREE, "uncopied"),),
              "every draw's inputs held by the referee while the worker calls"),
     Mutation("referee-native-let-go-always", "referee/session.py",
-             "within(expected, expected64, *tolerance(outline.dtype, *self.tolerance)):", "True:",
+             "compare.within(expected, expected64, *compare.tolerance(outline.dtype, *self.tolerance)):", "True:",
              (_k(REFEREE, "within_the_tolerance_of_the_truth_is_let_go"),),
              "a native output let go where it misses the truth: a candidate held to it would be compared with the "
              "truth instead (no `reference-imprecise` fallback)"),
@@ -194,7 +194,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k("tests/test_memory.py", "no_referee_draw"),),
              "the range probe's output held by the worker through the next range probe's draw"),
     Mutation("repeat-outputs-held-by-the-worker", "stages/probe.py",
-             "    j.let_go(seen, STAGE)", "    (seen, STAGE)",
+             "seen[\"_blobs\"])\n    j.let_go(seen, STAGE)", "seen[\"_blobs\"])\n    (seen, STAGE)",
              (_k("tests/test_memory.py", "no_referee_draw"),),
              "the repeat probe's second output held by the worker through the next probe's draw (level1/7: 3.13x)"),
     Mutation("check-inputs-not-kept", "stages/check.py",

@@ -134,9 +134,9 @@ def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     in the worker's memory (tensorwire.output_in_place), not an output-sized copy of it; its own native output
     is let go once drawn (within the tolerance of the truth: referee/session.expect), and the worker lets the
     compared output go before the next draw (stages/context.Judging.let_go): at most two outputs are held at
-    once, the referee's expected one and truth while it draws (2.26 outputs on an H100); 3.29-3.30 outputs with the
-    worker's output held through the next draw (the repeat and range probes') or the referee's expected output kept
-    beside its truth; a wrong output is still seen there."""
+    once, the referee's expected one and truth while it draws (the referee's own peak: 2.26 outputs on an H100); the
+    judge's peak was 3.29-3.30 outputs with the worker's output held through the next draw (the repeat and range
+    probes') or the referee's expected output kept beside its truth; a wrong output is still seen there."""
     problem = tmp_path / "tall_skinny.py"
     problem.write_text(TALL_SKINNY.format(change=""))
     honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"

@@ -693,8 +693,8 @@ def test_no_referee_draw_meets_an_output_the_worker_still_holds(fast, tmp_path, 
     outputs are, held by the worker until its next request): whenever the referee draws inputs and makes its
     expected outputs, the worker holds no output of the candidate's any more (level1/7 on an H100: a 4 GiB output
     left in the worker by the repeat probe, then by the range probe, met the next draw's expected output and truth,
-    3.13 footprints). Sigmoid's range probes move its inputs alone (nothing is sent to the worker between two), the
-    Gemm's its parameters too."""
+    3.13 footprints), and never before the referee has compared it. Sigmoid's range probes move its inputs alone
+    (nothing is sent to the worker between two), the Gemm's its parameters too."""
     from kerneljudge.stages import context
 
     events: list[tuple[str, str, bool]] = []
@@ -711,10 +711,12 @@ def test_no_referee_draw_meets_an_output_the_worker_still_holds(fast, tmp_path, 
     result = api.evaluate(problem, honest(problem, tmp_path), fast, overrides=sizes, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert result.probes.get("ranges", {}).get("probes"), result.probes.get("ranges")
-    held, met = None, []
+    held, met, gone = None, [], []
     for role, op, expect, holds in events:
         if role == "worker":
             held = op if holds else None
         elif op == "make-inputs" and expect and held:
             met.append(held)
-    assert not met and any(op == "ready" for _, op, _, _ in events), (met, events)
+        elif op in ("compare", "compare-pair") and not held:  # let go before the referee read it
+            gone.append(op)
+    assert not met and not gone and any(op == "ready" for _, op, _, _ in events), (met, gone, events)

@@ -878,7 +878,8 @@ class Model(nn.Module):
         self.linear = nn.Linear(n, n)
 
     def forward(self, x):
-        return torch.tanh(self.linear(x))
+        y = torch.tanh(self.linear(x))
+{returned}
 
 
 def get_inputs():
@@ -888,22 +889,45 @@ def get_inputs():
 def get_init_inputs():
     return [32]
 '''
+RETURNED = {"tanh": "        return y", "int-first": "        return (x > 0).long(), y",
+            "half": "        return y.half()", "nan": "        return torch.where(x > 1, torch.nan, y)"}
 
 
+def _outputs_like(native) -> dict:
+    """A candidate's outputs around the reference's: itself, a little off, one element far off, five elements left
+    NaN (in its first floating tensor), and wrong structures."""
+    tensors = list(native) if isinstance(native, tuple) else [native]
+    first = next(n for n, t in enumerate(tensors) if t.is_floating_point())
+
+    def changed(change) -> object:
+        copies = [t.clone() for t in tensors]
+        change(copies[first])
+        return tuple(copies) if isinstance(native, tuple) else copies[0]
+
+    return {"native": native, "near": changed(lambda t: t.add_(1e-6)),
+            "off": changed(lambda t: t[3, 7].add_(1.0)), "unwritten": changed(lambda t: t[0, :5].fill_(float("nan"))),
+            "shape": tensors[first][:, :16], "dtype": tensors[first].double(), "wrapped": (native,), "none": None}
+
+
+@pytest.mark.parametrize("returned", list(RETURNED))
 @pytest.mark.parametrize("atol", [None, 1e-9])
-def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing_is_judged_otherwise(tmp_path, atol):
+def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing_is_judged_otherwise(
+        tmp_path, atol, returned):
     """Where the reference's own output is within the evaluation's tolerance of the float64 truth everywhere, the
     referee lets it go once drawn (one output less held while the candidate's is made and compared) and keeps its
     outline: every comparison (strict or range, full or verdict only, the unwritten count, the structure's
-    findings) answers what it answers with the native output kept. At atol 1e-9 the native output misses the
-    truth, is kept, and the candidate is held to it (`reference-imprecise`; the range probe is skipped)."""
+    findings) answers what it answers with the native output kept, for a float32 output, one of float16, one with
+    NaN where the truth has them, and a tuple whose first output is an integer one. At atol 1e-9 the float32
+    output misses the truth, is kept, and the candidate is held to it (`reference-imprecise`; the range probe is
+    skipped)."""
     from kerneljudge.proc import tensorwire
     from kerneljudge.proc.perturb import INPUTS, Transform
     from kerneljudge.referee.server import Referee
 
+    source = LETS_GO_OF_ITS_NATIVE_OUTPUT.format(returned=RETURNED[returned])
     path = tmp_path / "tanh_linear.py"
-    path.write_text(LETS_GO_OF_ITS_NATIVE_OUTPUT)
-    problem = {"path": str(path), "source": LETS_GO_OF_ITS_NATIVE_OUTPUT, "constants": {}}
+    path.write_text(source)
+    problem = {"path": str(path), "source": source, "constants": {}}
     letting_go, keeping = Referee(), Referee()
     for referee in (letting_go, keeping):
         referee.setup(protocol.Setup(problem, 1, 2, atol=atol, rtol=atol), [])
@@ -919,19 +943,17 @@ def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing
         for referee in (letting_go, keeping):
             referee.make_inputs(protocol.MakeInputs(seed, transform=transform), [])
         native = keeping.session.kept[seed].expected
-        assert (letting_go.session.kept[seed].expected is None) is (atol is None)
         assert letting_go.session.kept[seed].outline == keeping.session.kept[seed].outline
-        off, unwritten = native.clone(), native.clone()
-        off[3, 7] += 1.0
-        unwritten[0, :5] = float("nan")
-        outputs = {"native": native, "near": native + 1e-6, "off": off, "unwritten": unwritten,
-                   "shape": native[:, :16], "dtype": native.double(), "tuple": (native,), "none": None}
-        for name, out in outputs.items():
+        if returned == "tanh":
+            assert (letting_go.session.kept[seed].expected is None) is (atol is None)
+        for name, out in _outputs_like(native).items():
             for verdict_only in (False, True):
                 answers = [json.dumps(compared(referee, seed, out, rule=rule, verdict_only=verdict_only),
                                       sort_keys=True) for referee in (letting_go, keeping)]
                 assert answers[0] == answers[1], (name, rule, verdict_only)
                 answer = json.loads(answers[0])
+                if returned != "tanh":
+                    continue
                 if "skipped" in answer:  # the native output misses the range probe's tolerance itself
                     assert rule == "range" and atol == 1e-9, answer
                     continue

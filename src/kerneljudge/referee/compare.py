@@ -23,13 +23,15 @@ WORST_SHOWN = 5  # elements listed on a failing trial, the message names the fir
 WORST_IN_MESSAGE = 3
 # Elements compared at once, at most, whatever the output's size: a block's float64 temporaries (about 66
 # bytes an element at the comparison's peak) stay near 17 MB on a CPU and 132 MB on a GPU, where larger blocks
-# keep launches fewer (a 16M-element block's 2 GB was ten times the footprint of a 4096x4096 matmul) ...
+# keep launches fewer (a whole 16M-element output at once took 2 GB, ten times the footprint of a 4096x4096
+# matmul) ...
 CLOSE_BLOCK = {"cpu": 1 << 18, "cuda": 1 << 21}
-# ... and a mid-size output is compared in about this many blocks (none under CLOSE_BLOCK_LEAST elements), so
-# the temporaries stay near its own size: level2/12's 32 MiB output took 132 MiB of them in blocks of 2M
-# elements on an H100, the judge's peak a third of its footprint above what it held.
+# ... and on a GPU a mid-size output is compared in about this many blocks, none under CLOSE_BLOCK_LEAST
+# elements (33 MB of temporaries), so they stay near its own size: level2/12's 32 MiB output took 132 MiB of them
+# in blocks of 2M elements on an H100, the judge's peak a third of its footprint above what it held. (Each block
+# is a few launches: a 16M-element output took 6.6 ms to compare in blocks of 1M, 3.5 ms in blocks of 2M.)
 CLOSE_BLOCKS_PER_OUTPUT = 16
-CLOSE_BLOCK_LEAST = 1 << 16
+CLOSE_BLOCK_LEAST = 1 << 19
 
 
 @dataclass
@@ -94,7 +96,7 @@ def as_tensors(out) -> list | None:
 
 def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
     """(first flat index, [the same block of each tensor in float64]) over equally sized tensors, a sixteenth of
-    them at a time within CLOSE_BLOCK_LEAST and CLOSE_BLOCK elements, on the first one's device: every
+    them at a time within CLOSE_BLOCK_LEAST and the device's CLOSE_BLOCK elements, on the first one's device: every
     elementwise pass of the referee over an output goes through here, so its float64 temporaries stay bounded
     whatever the output's size (the memory plan: a whole 6.4 GB float32 output would otherwise take 12.8 GB per
     temporary)."""

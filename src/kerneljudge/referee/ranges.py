@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc.inputs import clone_args
 from kerneljudge.proc.perturb import INPUTS, Transform, move
-from kerneljudge.referee.compare import all_finite, as_tensors, float64_blocks, rms
+from kerneljudge.referee.compare import Outline, all_finite, as_tensors, float64_blocks, rms
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
 CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "silu": (-6.0, 6.0),
@@ -147,25 +147,25 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
                       for site, bins in covered.items()}}
 
 
-def tolerance(expected, expected64, atol: float, rtol: float) -> tuple[float, float, str | None]:
+def tolerance(outline: Outline, expected, expected64, atol: float, rtol: float) -> tuple[float, float, str | None]:
     """A range probe's (atol, rtol), or why it is skipped. atol is scaled by the float64 output's root mean
     square (at least 1), rtol kept: an output ten times larger may be off by ten times more near zero,
     never by more relative to each element. Skipped where the float64 reference overflows, or where the
     reference at its own precision misses that tolerance itself (ill-conditioned here; `expected` None: the native
     output was let go, within the tolerance `atol`, `rtol` of the truth, and so within this one, whose atol is
-    no smaller)."""
-    truths = as_tensors(expected64) if expected64 is not None else None
-    natives = as_tensors(expected) if expected is not None else []
-    if truths is None or natives is None:
+    no smaller). The floating outputs are those `outline` says are (the truth of an integer output is kept in
+    float32)."""
+    if expected64 is None:
         return atol, rtol, "no float64 reference to compare with"
-    truths = [t for t in truths if t.is_floating_point()]
+    floating = [n for n, t in enumerate(outline.tensors) if t.dtype.is_floating_point]
+    truths = [as_tensors(expected64)[n] for n in floating]
+    natives = [as_tensors(expected)[n] for n in floating] if expected is not None else []
     if not all_finite(truths):
         return atol, rtol, "the float64 reference overflows (non-finite values)"
     count = sum(t.numel() for t in truths)
     atol = atol * max(1.0, rms(truths))
     missed = sum(int((~((n - t).abs() <= atol + rtol * t.abs())).sum())
-                 for native, truth in zip([n for n in natives if n.is_floating_point()], truths)
-                 for _, (n, t) in float64_blocks(native, truth))
+                 for native, truth in zip(natives, truths) for _, (n, t) in float64_blocks(native, truth))
     if missed:
         return atol, rtol, (f"ill-conditioned: the reference at its own precision misses the tolerance against "
                             f"float64 on {missed} of {count} elements")

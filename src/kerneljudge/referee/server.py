@@ -224,7 +224,7 @@ class Referee:
             result = compare.compare_allclose(request.index, received, outline, kept.expected, request.atol,
                                               request.rtol)
         elif request.rule == "range":
-            atol, rtol, skipped = ranges.tolerance(kept.expected, kept.expected64,
+            atol, rtol, skipped = ranges.tolerance(outline, kept.expected, kept.expected64,
                                                    *compare.tolerance(outline.dtype, request.atol, request.rtol))
             if skipped:
                 return {"skipped": skipped}, []

@@ -18,7 +18,7 @@ from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
-from kerneljudge.referee.compare import Outline, tolerance, within
+from kerneljudge.referee import compare
 from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
 from kerneljudge.referee.precision import Precisions
 
@@ -43,7 +43,7 @@ class Expectation:
     inputs: list | None
     expected: Any
     expected64: Any
-    outline: Outline
+    outline: compare.Outline
 
     @property
     def values(self):
@@ -134,7 +134,7 @@ class RefereeSession:
                 expected = self.native()(*inputs)
             synchronize(self.device)
             self.kept[seed] = Expectation(clone_args(inputs) if keep_inputs else None, expected, None,
-                                          Outline.of(expected))
+                                          compare.Outline.of(expected))
             return inputs
 
         def drawn() -> list:
@@ -183,9 +183,9 @@ class RefereeSession:
                                        checks_aside=self._state_kept)
             if self.plan.need > RELEASE_AFTER_RUN_BYTES:
                 self._release()
-        outline = Outline.of(expected)
+        outline = compare.Outline.of(expected)
         if expected64 is not None and self.tolerance is not None and \
-                within(expected, expected64, *tolerance(outline.dtype, *self.tolerance)):
+                compare.within(expected, expected64, *compare.tolerance(outline.dtype, *self.tolerance)):
             expected = None  # the truth alone decides every comparison: one output less held until then
         return Expectation(inputs, expected, expected64, outline)
 

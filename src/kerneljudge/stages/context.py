@@ -106,10 +106,12 @@ class Judging:
         return self.take(self.worker.call(request, drawn["_blobs"]), stage)
 
     def compare(self, seed: int, index: int, reply: dict[str, Any] | None, stage: str, *, rule: str = "strict",
-                inputs: bool = False, keep: bool = False, verdict_only: bool = False) -> tuple[Trial, list[Finding], int]:
+                inputs: bool = False, keep: bool = False, verdict_only: bool = False,
+                release: bool = True) -> tuple[Trial, list[Finding], int]:
         """The referee's comparison of a worker's output with the kept expectation of `seed` (`verdict_only`: a
         passing trial without figures, and no unwritten count: protocol.Compare). `reply` None: the output the
-        referee holds for `index` (protocol.HoldOutput)."""
+        referee holds for `index` (protocol.HoldOutput). The worker then lets go of what the reply shared
+        (`let_go`, unless `release` is False): the reply's output cannot be compared again."""
         check = self.options.check
         held = reply is None
         reply = reply or {"output": {}, "_blobs": []}
@@ -119,7 +121,8 @@ class Judging:
                                    reply["_blobs"])
         if answer.get("error"):
             self.take(answer, stage)  # a referee fault ends the stage
-        self.let_go(reply, stage)
+        if release:
+            self.let_go(reply, stage)
         findings = [_finding(f, stage) for f in answer.get("findings") or []]
         if "trial" not in answer:  # a malformed output: the referee's findings say why
             return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0

@@ -458,7 +458,8 @@ def _compare_timed(j: Judging, check: HeldCheck, exported: dict | None) -> None:
     """One timed output compared (`exported`: the worker's reply; None: the one the referee holds)."""
     i, watched = check.index, check.watched
     j.draw(check.seed, STAGE, timed=True)
-    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", verdict_only=True)
+    # (the worker keeps its timed outputs until the timing ends: a release would free nothing and cost a request)
+    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", verdict_only=True, release=False)
     if not trial.passed:
         how = (" (its inputs were written in the caller's stream order just before it, after a wait: work that does "
                "not wait for the caller's stream read the old ones)") if watched else ""

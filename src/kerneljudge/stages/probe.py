@@ -146,6 +146,7 @@ def probe_repeat(j: Judging) -> list[Finding]:
     drawn = j.draw(_seed(j, "repeat"), STAGE, expect=False)
     seen = j.observe("repeat", drawn, STAGE)
     if protocol.flag(seen.get("shared"), "shared"):
+        j.let_go(seen, STAGE)
         return [Finding.of("output-alias", "the second call returned memory the first call's output still holds: "
                            "each call overwrites the previous result", stage=STAGE)]
     check = j.options.check
