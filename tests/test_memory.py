@@ -697,7 +697,7 @@ def test_no_referee_draw_meets_an_output_the_worker_still_holds(fast, tmp_path, 
     (nothing is sent to the worker between two), the Gemm's its parameters too."""
     from kerneljudge.stages import context
 
-    events: list[tuple[str, str, bool]] = []
+    events: list[tuple[str, str, bool, bool]] = []  # (process, request, expectations drawn, an output held after)
     plain = isolation.WorkerProcess.call
 
     def call(process, request, blobs=(), **kw):
