@@ -44,10 +44,10 @@ MAX_CHUNKS = 1 << 12
 CHUNK_FLOOR_BYTES = 256 << 20
 CHUNK_FLOOR_LEAST_BYTES = 64 << 20
 FLOOR_FOOTPRINT_SHARE = 0.5
-# ... but where the reference is held at one precision at a time with PARAMETER_HEAVY_FROM_BYTES of parameters or more
-# (referee/precision.py: its float64 parameters take twice its native ones, the worker holds them too, and that is
-# most of the judge's peak), a run of at least an eighth of the footprint is cut into this many chunks where no larger
-# floor applies (level2's Gemm rows, 256 MiB weights, on an H100: 3.28x -> 3.16x; smaller models keep their floor)
+# ... but where the float64 run upcasts a parameter to PARAMETER_HEAVY_FROM_BYTES or more on use (referee/precision.py:
+# the referee and the worker each hold the native parameters, most of the judge's peak), a run of at least an eighth
+# of the footprint is cut into this many chunks where no larger floor applies (level2's Gemm rows, 256 MiB weights, on
+# an H100, then converted to float64 whole: 3.28x -> 3.16x; smaller models keep their floor)
 PARAMETER_HEAVY_CHUNKS = 8
 PARAMETER_HEAVY_FROM_BYTES = 256 << 20
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
@@ -112,11 +112,11 @@ class Float64Plan:
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given
         one, else NATIVE_SHARE of the native run's memory within BUDGET_SHARE of the free memory, but at
-        least `chunk_floor_bytes` (a run of a reference held at one precision at a time with
-        PARAMETER_HEAVY_FROM_BYTES of parameters or more: PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower);
+        least `chunk_floor_bytes` (a run upcasting a parameter to PARAMETER_HEAVY_FROM_BYTES or more on use:
+        PARAMETER_HEAVY_CHUNKS chunks, where that floor is lower);
         a model found not separable runs whole if that fits BUDGET_SHARE of the free memory. `reserved_bytes`:
-        memory the float64 run will take beyond what is allocated now (the reference's parameters, where it is
-        converted in place: referee/precision.py)."""
+        memory the float64 run will take beyond what is allocated now (a parameter's float64 copy, where they are
+        upcast on use: referee/precision.py)."""
         native = footprint["inputs_bytes"] + footprint["outputs_bytes"] + footprint.get("activations_bytes", 0)
         need = 2 * native
         free_share = int(max(0, memory.device_free_bytes(device) - reserved_bytes) * BUDGET_SHARE)

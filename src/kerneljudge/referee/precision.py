@@ -1,48 +1,40 @@
 """The reference model at its own (native) precision and in float64: a float64 copy kept beside it where its
-parameters are small, one precision at a time, converted in place, where they are large.
+parameters are small; where they are large, its parameters at their own precision only, upcast where the float64
+run uses them (referee/upcast.py).
 
 The referee needs the reference at both precisions: native for the expected outputs, the baselines and the
 probes' changes; float64 for the truth. A float64 copy beside the native model holds three footprints of its
 parameters (float32 + float64) beside the worker's one: for a parameter-heavy problem the judge held 4x the
-problem's footprint between requests (level2/56 at full size on the H200: 4.99x at its peak). Converted in
-place, entry after entry (`Module._apply`, as `Module.to` does, so modules that re-lay their weights, such
-as RNNs, do so), the referee holds the float64 parameters, or the native ones and one entry's float64 copy.
-Buffers (small: a norm's statistics) and tensors held as plain attributes are not converted back: the native
-ones are put aside while in float64 (its buffers made afresh from them at each conversion; its attributes kept from
-one float64 run to the next, copies of the model's as built at first, as the float64 copy kept its own), so what a
-forward does to them at float64 (a buffer it reassigns or changes in place, level3/33's hidden state) never
-reaches the native model.
-Each draw converts twice then: 20-30 ms per 64 MB on a CPU (a quarter more time for such a problem's evaluation), so
-there models under ONE_PRECISION_FROM_BYTES keep the copy; milliseconds on a GPU, where only models under
-ONE_PRECISION_ON_GPU_FROM_BYTES keep it (level3's small models held three times their parameters in the referee and
-peaked at 3.1-6.0x their footprint on an H100 with the GPU's threshold at 256 MiB).
-
-On a GPU a parameter of STAGED_FROM_BYTES or more goes through host memory (`_Staging`): its native values are
-copied out and its device memory let go before its float64 one is made, and the way back is made from that host
-copy once the float64 one is let go, so no parameter is held at both precisions at once on the device (converted on
-the device, level2/56's 4 GiB weight and its float64 one made the referee's peak three footprints of it, the judge's
-four with the worker's one).
-
-Exact both ways: the float64 parameters are upcast native ones, and every change of them (the probes' and the
-range moves, in the referee as in the worker) is made at native precision, then upcast into a kept copy
-(`changed`), so the downcast gives back the very native values; only a forward that changes its own parameters
-in place at float64 (a clamp) carries that change back, rounded, to a parameter converted on the device; one
-converted through host memory comes back as it was before the float64 run (the native runs make their own change).
+problem's footprint between requests (level2/56 at full size on the H200: 4.99x at its peak). Converted in place
+for each float64 run (until the twenty-second session), the referee still held the float64 parameters, twice the
+native ones, while the worker held its own: three footprints of them (level2/56 on an H100: 3.01x). Upcast on use,
+it holds the native ones and one operation's float64 copy of what it reads (of a large matrix product's parameter
+operand, a block). The float64 run reads the parameters of the moment, so the probes' changes and the range moves,
+made on the native parameters, reach it with nothing more to do.
+Buffers (small: a norm's statistics) and tensors held as plain attributes are the float64 runs' own: the native
+ones are put aside while in float64 (the float64 buffers made afresh from them at each change of precision,
+integer ones as copies; the attributes kept from one float64 run to the next, copies of the model's as built at
+first, as the float64 copy kept its own), so what a forward does to them at float64 (a buffer it reassigns or
+changes in place, level3/33's hidden state) never reaches the native model.
+Upcasting at every float64 call costs time (20-30 ms per 64 MB on a CPU, a quarter more for such a problem's
+evaluation), so on a CPU models under ONE_PRECISION_FROM_BYTES keep the copy; on a GPU, where it takes
+milliseconds, models under ONE_PRECISION_ON_GPU_FROM_BYTES (level3's small models held three times their
+parameters in the referee and peaked at 3.1-6.0x their footprint on an H100 with the GPU's threshold at 256 MiB).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
+from kerneljudge.referee.upcast import UpcastOnUse
+
 ONE_PRECISION_FROM_BYTES = 256 << 20  # parameters and buffers from this size on are held at one precision at a time
 ONE_PRECISION_ON_GPU_FROM_BYTES = 16 << 20  # ... on a GPU
-STAGED_FROM_BYTES = 16 << 20  # a GPU parameter this large is converted through host memory (`_Staging`)
-STAGED_DEVICES = ("cuda",)  # (on the CPU the host copy would be a second copy in the same memory)
-STAGE_CHUNK_BYTES = 64 << 20  # the device memory a staged parameter's upcast takes beside its float64 one
 
 
 class Precisions:
@@ -51,54 +43,48 @@ class Precisions:
         self.one_at_a_time = model_bytes >= (ONE_PRECISION_ON_GPU_FROM_BYTES if device.type == "cuda"
                                              else ONE_PRECISION_FROM_BYTES)
         self.copy64: torch.nn.Module | None = None  # the float64 copy, where one is kept
-        # while converted to float64: each parameter's own dtype, by (module, name), and the native buffers and
-        # plain tensor attributes put aside, as (module, name, tensor); None: at its own precision
-        self.native_dtypes: dict[tuple[torch.nn.Module, str], torch.dtype] | None = None
-        self.put_aside: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] = {"buffers": [], "attributes": []}
+        # while the buffers and plain tensor attributes are the float64 runs': the native ones put aside, as
+        # (module, name, tensor); None: the native ones are in place
+        self.put_aside: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] | None = None
         # the float64 runs' own plain tensor attributes: copies of the model's as built, as a float64 copy made then has
         self.float64_attributes = [(m, name, t.clone()) for m, name, t in _tensor_attributes(model)] \
             if self.one_at_a_time else []
-        self.failed: str | None = None  # why the model cannot be had in float64 (its conversion raised)
-        self.staging = _Staging()
+        self.failed: str | None = None  # why the model cannot be had in float64 (its float64 copy raised)
 
     @property
     def converted(self) -> bool:
-        """Whether the model itself is in float64 now (held at one precision at a time)."""
-        return self.native_dtypes is not None
+        """Whether the model's buffers and plain tensor attributes are its float64 runs' now (held at one
+        precision at a time)."""
+        return self.put_aside is not None
 
     def native(self) -> torch.nn.Module:
-        """The model at its own precision (converted back if it is in float64); its state is unchanged until
-        the conversion back has succeeded, so a failed one is tried again by the next call."""
-        if self.native_dtypes is not None:
-            dtypes = {id(module._parameters[name]): dtype for (module, name), dtype in self.native_dtypes.items()
-                      if module._parameters.get(name) is not None}
-            with torch.no_grad():
-                self.model._apply(lambda t: self.staging.back(t, dtypes[id(t)]) if id(t) in dtypes else t)
+        """The model at its own precision (its native buffers and attributes put back where the float64 run's
+        were in place)."""
+        if self.put_aside is not None:
             self.float64_attributes = _tensor_attributes(self.model)
             for module, name, value in self.put_aside["buffers"]:
                 module._buffers[name] = value
             for module, name, value in self.put_aside["attributes"]:
                 module.__dict__[name] = value
-            self.native_dtypes, self.put_aside = None, {"buffers": [], "attributes": []}
+            self.put_aside = None
         return self.model
 
-    def float64(self) -> torch.nn.Module | None:
-        """The model with its floating parameters and buffers in float64, or None where that failed (`failed`
-        says why; the model is at its own precision then)."""
+    def float64(self) -> Callable[..., Any] | None:
+        """The model in float64 (a copy, or the model itself called with its parameters upcast on use), or None
+        where that failed (`failed` says why)."""
         if self.failed is not None:
             return None
-        try:
-            if not self.one_at_a_time:
-                if self.copy64 is None:
-                    self.copy64 = copy.deepcopy(self.model).to(torch.float64)
-                return self.copy64
-            if self.native_dtypes is None:
-                self._convert()
-        except Exception as exc:  # noqa: BLE001 - the problem's module may not convert; the plan says why
-            self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-            self.native()
-            return None
-        return self.model
+        if self.one_at_a_time:
+            if self.put_aside is None:
+                self._to_float64_state()
+            return functools.partial(_upcast_on_use, self.model)
+        if self.copy64 is None:
+            try:
+                self.copy64 = copy.deepcopy(self.model).to(torch.float64)
+            except Exception as exc:  # noqa: BLE001 - the problem's module may not convert; the plan says why
+                self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                return None
+        return self.copy64
 
     @contextmanager
     def state_kept(self) -> Iterator[None]:
@@ -123,6 +109,14 @@ class Precisions:
                     if (not torch.equal(value, values)) if version is None else version != _version(value):
                         value.copy_(values)
 
+    def upcast_bytes(self) -> int:
+        """The device memory a float64 run takes for parameters beyond what is allocated now: where they are upcast
+        on use, at most the float64 copy of the largest (an operation reading it whole); a kept copy is allocated."""
+        if not self.one_at_a_time:
+            return 0
+        return max((p.numel() * torch.float64.itemsize for p in self.model.parameters() if p.is_floating_point()),
+                   default=0)
+
     def changed(self, names: list[str]) -> None:
         """The native entries `names` changed: a kept float64 copy takes them (upcast in place: a new copy of
         the whole model per change took seconds per probe for a 1.6 GB model on a CPU)."""
@@ -133,14 +127,20 @@ class Precisions:
             for name in names:
                 state64[name].copy_(state[name])
 
-    def _convert(self) -> None:
-        self.native_dtypes = {(m, name): p.dtype for m in self.model.modules() for name, p in m._parameters.items()
-                              if p is not None and p.is_floating_point()}
+    def _to_float64_state(self) -> None:
+        """The float64 runs' buffers (upcast from the native ones; others copied) and attributes in place."""
         self.put_aside = {"buffers": _buffers(self.model), "attributes": _tensor_attributes(self.model)}
         for module, name, value in self.float64_attributes:
             module.__dict__[name] = value
         with torch.no_grad():
-            self.model._apply(lambda t: self.staging.there(t) if t.is_floating_point() else t)
+            for module, name, value in self.put_aside["buffers"]:
+                module._buffers[name] = value.to(torch.float64) if value.is_floating_point() else value.clone()
+
+
+def _upcast_on_use(model: torch.nn.Module, *args):
+    """The model called on `args` with its parameters read in float64 (referee/upcast.py)."""
+    with UpcastOnUse(model.parameters()):
+        return model(*args)
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -157,72 +157,3 @@ def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, st
     """The tensors a model's modules hold as plain attributes (not parameters or buffers)."""
     return [(m, name, value) for m in model.modules() for name, value in vars(m).items()
             if isinstance(value, torch.Tensor)]
-
-
-class _Staging:
-    """A parameter's conversion through host memory, where it is large and on a GPU: its native values copied
-    out (kept for the way back) and its device memory let go (`data` emptied: memory another tensor still views
-    stays, and the conversion is right all the same) before its float64 one is made, chunk by chunk; back, the
-    float64 one let go before the native one is copied in. `Module._apply` hands each parameter itself, so its
-    host copy is kept by its identity, in pinned memory on a GPU (which rounds its size up to a power of two),
-    laid out as the parameter is (a channels-last weight stays so), and copied out again only where the parameter
-    changed since it was copied in (its version counter, which in-place changes move: the probes' and range moves'
-    as well, made on the parameters themselves; its memory, if replaced; its sum, for a change made through
-    `.data`): the copies out and in of level2/56's 4 GiB weight at every draw took its evaluation from 13.5 s to
-    46.6 s on an H100, through pageable memory."""
-
-    def __init__(self) -> None:
-        self.host: dict[int, torch.Tensor] = {}
-        self.out: set[int] = set()  # the parameters whose native values are in `host` alone now
-        self.synced: dict[int, tuple] = {}  # a parameter's `_state` when its host copy was made or copied back
-
-    def there(self, t: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(t, torch.nn.Parameter) and t.dtype != torch.float64 and t.device.type in STAGED_DEVICES
-                and t.numel() * t.element_size() >= STAGED_FROM_BYTES and _dense(t)):
-            return t.to(torch.float64)
-        host = self.host.get(id(t))
-        if host is None or host.shape != t.shape or host.dtype != t.dtype or host.stride() != t.stride():
-            host = self.host[id(t)] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu",
-                                                          pin_memory=t.device.type == "cuda")
-            self.synced.pop(id(t), None)
-        if self.synced.get(id(t)) != _state(t):
-            host.copy_(t)
-        self.out.add(id(t))
-        device = t.device
-        t.data = torch.empty(0, dtype=t.dtype, device=device)
-        out = torch.empty_strided(host.shape, host.stride(), dtype=torch.float64, device=device)
-        flat, source = _in_memory_order(out), _in_memory_order(host)
-        step = max(1, STAGE_CHUNK_BYTES // host.element_size())
-        for start in range(0, source.numel(), step):
-            flat[start:start + step].copy_(source[start:start + step].to(device))
-        return out
-
-    def back(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """`t` at `dtype` again: from its host copy where it went out (whatever `t` holds now: its float64 values,
-        or nothing where the conversion failed after letting it go), else converted on its device."""
-        if id(t) not in self.out:
-            return t.to(dtype)
-        device = t.device
-        t.data = torch.empty(0, dtype=t.dtype, device=device)
-        native = self.host[id(t)].to(device, copy=True)  # (its strides kept)
-        self.out.discard(id(t))
-        self.synced[id(t)] = _state(native, t._version)  # (`Module._apply` sets it as t's data: no version move)
-        return native
-
-
-def _state(t: torch.Tensor, version: int | None = None) -> tuple:
-    """What tells a parameter changed: its version counter, its memory and its sum (a change through `.data`
-    moves neither of the first two; the sum at its own precision reads it once, with no copy)."""
-    return (t._version if version is None else version, t.data_ptr(), float(t.detach().sum()))
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Laid out with no gaps and no overlap, in one of torch's memory formats (`_in_memory_order` needs it)."""
-    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) or \
-        (t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d))
-
-
-def _in_memory_order(t: torch.Tensor) -> torch.Tensor:
-    """A dense tensor's elements as one dimension in the order they lie in memory (a staged parameter and its host
-    copy have the same strides, so their elements match one for one)."""
-    return t.as_strided((t.numel(),), (1,), t.storage_offset())

@@ -92,8 +92,9 @@ class RefereeSession:
             self._release()
         return self.reference.model
 
-    def float64(self) -> torch.nn.Module | None:
-        """The reference in float64, or None where it cannot be (the plan gives up, saying why)."""
+    def float64(self) -> Callable[..., Any] | None:
+        """The reference in float64 (called as a model is), or None where it cannot be (the plan gives up,
+        saying why)."""
         converted = self.reference.converted
         model64 = self.reference.float64()
         if model64 is None:
@@ -114,7 +115,7 @@ class RefereeSession:
         chosen = list(state) if names is None else [n for n in names if n in state]
         return chosen, [state[n] for n in chosen]
 
-    def run(self, model: torch.nn.Module, args: list):
+    def run(self, model: Callable[..., Any], args: list):
         with torch.inference_mode():
             out = self.seeding.call(lambda: model(*args))
         synchronize(self.device)
@@ -170,8 +171,7 @@ class RefereeSession:
         del args
         if first:
             self.footprint = footprint(self.device, start, self.native(), inputs, expected)
-            self.plan.size(self.footprint, self.device,
-                           self.footprint["parameters_bytes"] if self.reference.one_at_a_time else 0)
+            self.plan.size(self.footprint, self.device, self.reference.upcast_bytes())
         if _checksums([a for a, alone in zip(inputs, uncopied) if alone]) != before:
             inputs = draw()
         if self.seeding.stochastic:
