@@ -4,7 +4,6 @@ where an operation reads it (a large matrix product's parameter operand a block 
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
