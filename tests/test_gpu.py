@@ -154,6 +154,53 @@ def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
 
 
+TF32_CONVOLUTION = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x){change}
+
+
+def get_inputs():
+    return [torch.rand(16, 3, 256, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_gpu, tmp_path):
+    """A convolution in TF32 (cuDNN's default) with a 256 MiB output: the reference's native output misses the
+    float64 truth, so it is kept for the comparisons that fall back to it (`reference-imprecise`), in pinned host
+    memory (referee/session.NATIVE_IN_HOST_FROM_BYTES), read a block at a time: between draws the referee holds
+    the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
+    it was the worker's output beside the referee's native output and truth: 3.15 footprints at level1/54). The
+    honest candidate passes against the native output, a wrong one fails."""
+    problem = tmp_path / "tf32_conv.py"
+    problem.write_text(TF32_CONVOLUTION.format(change=""))
+    honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"
+    honest.write_text(TF32_CONVOLUTION.format(change="").replace("class Model", "class ModelNew"))
+    wrong.write_text(TF32_CONVOLUTION.format(change=" + 1e-2").replace("class Model", "class ModelNew"))
+    result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    assert "reference-imprecise" in {f.code for f in result.findings}
+    output_bytes = 16 * 64 * 256 * 256 * 4
+    memory = result.memory
+    print(f"judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs, referee's stages "
+          f"{ {stage: round(memory['stages'][stage]['referee'] / output_bytes, 2) for stage in ('check', 'probes')} }")
+    assert memory["judge_peak_bytes"] / output_bytes < 2.8, memory
+    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
+    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+
+
 def test_a_made_up_device_handle_does_not_open(on_gpu):
     """A forged CUDA IPC description on a GPU: the driver refuses the handle, the referee calls the reply
     malformed, and maps nothing."""

@@ -96,12 +96,13 @@ def as_tensors(out) -> list | None:
 
 def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
     """(first flat index, [the same block of each tensor in float64]) over equally sized tensors, a sixteenth of
-    them at a time within CLOSE_BLOCK_LEAST and the device's CLOSE_BLOCK elements, on the first one's device: every
+    them at a time within CLOSE_BLOCK_LEAST and the device's CLOSE_BLOCK elements, on the first device that is not
+    the host's (a large native output is kept in host memory: session.NATIVE_IN_HOST_FROM_BYTES): every
     elementwise pass of the referee over an output goes through here, so its float64 temporaries stay bounded
     whatever the output's size (the memory plan: a whole 6.4 GB float32 output would otherwise take 12.8 GB per
     temporary)."""
     flats = [t.detach().reshape(-1) for t in tensors]
-    device = flats[0].device
+    device = next((f.device for f in flats if f.device.type != "cpu"), flats[0].device)
     block = min(CLOSE_BLOCK.get(device.type, CLOSE_BLOCK["cpu"]),
                 max(CLOSE_BLOCK_LEAST, flats[0].numel() // CLOSE_BLOCKS_PER_OUTPUT))
     for begin in range(0, flats[0].numel(), block):
@@ -343,6 +344,7 @@ def compare_allclose(index: int, received: Received, outline: Outline, ref_out, 
         return Comparison(Trial(index, False, message=problem.message), [problem])
     a, r = tolerance(outline.dtype, atol, rtol)
     outs, refs = received.tensors, as_tensors(ref_out)
+    refs = [e.to(o.device) for o, e in zip(outs, refs)]
     diffs = [(o.double() - e.double()).abs() for o, e in zip(outs, refs)]
     max_abs = max(float(d.max()) if d.numel() else 0.0 for d in diffs)
     mean_abs = sum(float(d.sum()) for d in diffs) / max(1, sum(d.numel() for d in diffs))

@@ -32,6 +32,10 @@ RELEASE_AFTER_RUN_BYTES = 256 << 20  # a float64 run needing more may leave its 
 # Inputs this large go to the native reference uncopied, checked by checksum instead (`expect`): below it a copy
 # takes less memory than the checksum's blocks (about 100 MB on a GPU).
 UNCOPIED_FROM_BYTES = 256 << 20
+# A native output kept beside its float64 truth (it misses the truth: TF32 convolutions) this large is kept in host
+# memory on a GPU: only a comparison whose candidate misses the truth reads it, a block at a time, where it held a
+# third output on the device beside the truth and the worker's output (level1/54's 1 GiB output: 3.15x its footprint)
+NATIVE_IN_HOST_FROM_BYTES = 256 << 20
 
 
 @dataclass
@@ -187,6 +191,9 @@ class RefereeSession:
         if expected64 is not None and self.tolerance is not None and \
                 compare.within(expected, expected64, *compare.tolerance(outline.dtype, *self.tolerance)):
             expected = None  # the truth alone decides every comparison: one output less held until then
+        elif expected64 is not None and self.device.type == "cuda" and \
+                memory.tensor_bytes(expected) >= NATIVE_IN_HOST_FROM_BYTES:
+            expected = _in_host(expected)
         return Expectation(inputs, expected, expected64, outline)
 
     @contextmanager
@@ -208,6 +215,15 @@ class RefereeSession:
         changed = perturb(*entries(self.native()), seed, names, replace=replace, device=self.device)
         self.reference.changed(changed)
         return changed
+
+
+def _in_host(out):
+    """A reference output's tensors copied into pinned host memory (the device's let go), its structure kept."""
+    def copied(t: torch.Tensor) -> torch.Tensor:
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return host.copy_(t)
+
+    return copied(out) if isinstance(out, torch.Tensor) else type(out)(copied(t) for t in out)
 
 
 def _checksums(inputs: list) -> list[int]:
