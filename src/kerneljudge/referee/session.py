@@ -223,7 +223,9 @@ def _in_host(out):
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         return host.copy_(t)
 
-    return copied(out) if isinstance(out, torch.Tensor) else type(out)(copied(t) for t in out)
+    if isinstance(out, torch.Tensor):
+        return copied(out)
+    return (tuple if isinstance(out, tuple) else list)(copied(t) for t in out)  # (its type's name is in its outline)
 
 
 def _checksums(inputs: list) -> list[int]:
