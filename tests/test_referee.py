@@ -321,7 +321,9 @@ def test_the_same_slow_candidate_with_honest_times_passes(fast):
     result = judge(fast, "slow_honest", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]
     check = result.timing["cross_check"]
-    assert check["excess_ms"] <= check["tolerance_ms"]
+    # within the tolerance at once, or (another job loading the machine while only one side was timed) once the two
+    # took turns: never accused either way
+    assert check["excess_ms"] <= check["tolerance_ms"] or check["paired_excess_ms"] <= check["paired_tolerance_ms"]
     assert result.timing["candidate"]["median_ms"] >= 5.0  # the sleep is in the time
 
 
@@ -688,6 +690,7 @@ class Model(nn.Module):
         self.carried = torch.zeros(8)  # a plain attribute the forward reassigns (as level3/33's hidden state)
         self.register_buffer("calls", torch.zeros(()))  # a buffer the forward changes in place
         self.register_buffer("counted", torch.zeros((), dtype=torch.int64))  # an integer one too
+        self.register_buffer("total", torch.zeros((), dtype=torch.float64))  # and a float64 one
         self.register_buffer("last", torch.zeros((), dtype=torch.int64))  # and one it reassigns (an integer: the
         # probes' changes would scale a float one, made an inference tensor by the reference's call, in place)
 
@@ -697,6 +700,7 @@ class Model(nn.Module):
         self.carried = out.mean(0)
         self.calls.add_(1)
         self.counted.add_(1)
+        self.total.add_(1)
         self.last = (out.detach().sum() * 1000).long()
         return out
 
@@ -716,7 +720,7 @@ def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_pa
     beside its float64 copy, through the probes' changes and a range move (made on the native parameters alone);
     in float64 its floating buffers are float64 and its parameters keep their own dtypes (a float16 parameter and
     buffer, the integer one, the tied weight, the LSTM's), and the tensors the forward reassigns or changes (a plain
-    attribute, three buffers, one an integer) are the native runs' alone."""
+    attribute, four buffers, one an integer and one float64) are the native runs' alone."""
     from kerneljudge.proc.perturb import Transform
     from kerneljudge.referee import precision
     from kerneljudge.referee.session import RefereeSession
@@ -756,7 +760,7 @@ def test_the_reference_held_at_one_precision_gives_what_a_kept_copy_gives(tmp_pa
         session.set_range(None)
     same(4)
     assert {name: t.dtype for name, t in converted.native().state_dict().items()} == dtypes
-    for name in ("carried", "calls", "counted", "last"):  # what the float64 runs did never reaches the native model
+    for name in ("carried", "calls", "counted", "total", "last"):  # what the float64 runs did never reaches the native model
         ours, theirs = getattr(converted.native(), name), getattr(kept.native(), name)
         assert ours.dtype == theirs.dtype and torch.equal(ours, theirs), name
     assert not converted.reference.converted and converted.native().tied is converted.native().linear.weight

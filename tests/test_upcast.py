@@ -154,3 +154,78 @@ def test_kernelbench_references_upcast_on_use_give_their_float64_copys_truth(mon
 
 def _outputs(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+class Broadcasting(torch.nn.Module):
+    """A linear layer's weight read in blocks with biases of every shape that broadcasts, slices and a transpose
+    of a parameter, and a view of one returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(10, 16))
+        self.scalar, self.one = torch.nn.Parameter(torch.randn(())), torch.nn.Parameter(torch.randn(1))
+        self.full = torch.nn.Parameter(torch.randn(5, 10))
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.scalar) + F.linear(x, self.weight, self.one) + \
+            F.linear(x, self.weight, bias=self.full)
+        y = y * self.weight[0, :10] + self.weight.narrow(1, 2, 10).sum(0) @ self.weight[:, 3:13].T
+        return y, self.weight.T[:3]
+
+
+def test_broadcast_biases_slices_and_a_returned_view_give_the_float64_copys_outputs(monkeypatch):
+    """A blocked linear layer's bias of shape (), (1,) or (rows, out) is cut with the output's columns; slices and
+    narrowed views of a parameter are read in float64; a view of a parameter the forward returns is float64."""
+    monkeypatch.setattr(upcast, "BLOCK_BYTES", 3 * 16 * 8)
+    torch.manual_seed(1)
+    model = Broadcasting()
+    copy64 = copy.deepcopy(model).to(torch.float64)
+    x = torch.randn(5, 16, dtype=torch.float64)
+    with torch.inference_mode():
+        expected, got = copy64(x), upcast.upcast_call(model, x)
+    for e, g in zip(expected, got):
+        assert g.dtype == torch.float64 and torch.allclose(g, e, rtol=1e-13, atol=1e-13), (g, e)
+
+
+class ChangesItsWeight(torch.nn.Module):
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.weight = torch.nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x):
+        if self.how == "method":
+            self.weight.mul_(2)
+        elif self.how == "setitem":
+            self.weight[0] = 3.0
+        elif self.how == "through-data":
+            self.weight.data.add_(1)
+        elif self.how == "through-a-view":
+            self.weight.T.clamp_(max=0.5)
+        elif self.how == "functional":
+            F.relu(self.weight, inplace=True)
+        return x @ self.weight
+
+
+@pytest.mark.parametrize("how", ["method", "setitem", "through-data", "through-a-view", "functional"])
+def test_a_forward_changing_a_parameter_in_place_is_not_run_in_float64(how):
+    """The change would be made on a float64 copy the forward's next operation never reads (the truth computed from
+    the old values): the float64 run raises, and the plan gives up on it, saying why (the native reference is the
+    truth then)."""
+    from kerneljudge.referee import session as referee_session
+
+    model = ChangesItsWeight(how)
+    with pytest.raises(upcast.ChangedInPlace, match="in place"), torch.inference_mode():
+        upcast.upcast_call(model, torch.ones(2, 4, dtype=torch.float64))
+    plan = referee_session.Float64Plan(torch.device("cpu"), None)
+    held = Precisions(model, 1 << 40, torch.device("cpu"))
+    assert plan.run(lambda args: held.float64()(*args), lambda args: model(*args), [torch.ones(2, 4)], None) is None
+    assert "in place" in plan.describe()["why"], plan.describe()
+
+
+def test_a_model_holding_a_torchscript_module_keeps_a_float64_copy():
+    """A scripted module's operations run outside torch's function dispatch, where the parameters would be read at
+    their own precision: such a model keeps its float64 copy whatever its size."""
+    scripted = torch.nn.Sequential(torch.jit.script(torch.nn.Linear(4, 4)))
+    assert not Precisions(scripted, 1 << 40, torch.device("cpu")).one_at_a_time
+    assert Precisions(torch.nn.Sequential(torch.nn.Linear(4, 4)), 1 << 40, torch.device("cpu")).one_at_a_time

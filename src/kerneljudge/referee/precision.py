@@ -6,8 +6,8 @@ The referee needs the reference at both precisions: native for the expected outp
 probes' changes; float64 for the truth. A float64 copy beside the native model holds three footprints of its
 parameters (float32 + float64) beside the worker's one: for a parameter-heavy problem the judge held 4x the
 problem's footprint between requests (level2/56 at full size on the H200: 4.99x at its peak). Converted in place
-for each float64 run (until the twenty-second session), the referee still held the float64 parameters, twice the
-native ones, while the worker held its own: three footprints of them (level2/56 on an H100: 3.01x). Upcast on use,
+for each float64 run instead, the referee still held the float64 parameters, twice the native ones, while the
+worker held its own: three footprints of them (level2/56 on an H100: 3.01x). Upcast on use,
 it holds the native ones and one operation's float64 copy of what it reads (of a large matrix product's parameter
 operand, a block). The float64 run reads the parameters of the moment, so the probes' changes and the range moves,
 made on the native parameters, reach it with nothing more to do.
@@ -16,10 +16,12 @@ ones are put aside while in float64 (the float64 buffers made afresh from them a
 integer ones as copies; the attributes kept from one float64 run to the next, copies of the model's as built at
 first, as the float64 copy kept its own), so what a forward does to them at float64 (a buffer it reassigns or
 changes in place, level3/33's hidden state) never reaches the native model.
-Upcasting at every float64 call costs time (20-30 ms per 64 MB on a CPU, a quarter more for such a problem's
-evaluation), so on a CPU models under ONE_PRECISION_FROM_BYTES keep the copy; on a GPU, where it takes
+Upcasting at every float64 call (each chunk's, where the run is cut) costs time on a CPU (about a second a call for
+a model of 512 MiB), so there models under ONE_PRECISION_FROM_BYTES keep the copy; on a GPU, where it takes
 milliseconds, models under ONE_PRECISION_ON_GPU_FROM_BYTES (level3's small models held three times their
 parameters in the referee and peaked at 3.1-6.0x their footprint on an H100 with the GPU's threshold at 256 MiB).
+A model holding a TorchScript module keeps the copy whatever its size: its scripted operations would not see the
+parameters upcast.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from kerneljudge.referee.upcast import UpcastOnUse
+from kerneljudge.referee.upcast import BLOCK_BYTES, upcast_call
 
 ONE_PRECISION_FROM_BYTES = 256 << 20  # parameters and buffers from this size on are held at one precision at a time
 ONE_PRECISION_ON_GPU_FROM_BYTES = 16 << 20  # ... on a GPU
@@ -40,8 +42,10 @@ ONE_PRECISION_ON_GPU_FROM_BYTES = 16 << 20  # ... on a GPU
 class Precisions:
     def __init__(self, model: torch.nn.Module, model_bytes: int, device: torch.device):
         self.model = model
+        # (a TorchScript module's operations would not see the parameters upcast: upcast.py)
         self.one_at_a_time = model_bytes >= (ONE_PRECISION_ON_GPU_FROM_BYTES if device.type == "cuda"
-                                             else ONE_PRECISION_FROM_BYTES)
+                                             else ONE_PRECISION_FROM_BYTES) and \
+            not any(isinstance(m, torch.jit.ScriptModule) for m in model.modules())
         self.copy64: torch.nn.Module | None = None  # the float64 copy, where one is kept
         # while the buffers and plain tensor attributes are the float64 runs': the native ones put aside, as
         # (module, name, tensor); None: the native ones are in place
@@ -74,16 +78,17 @@ class Precisions:
         where that failed (`failed` says why)."""
         if self.failed is not None:
             return None
-        if self.one_at_a_time:
-            if self.put_aside is None:
-                self._to_float64_state()
-            return functools.partial(_upcast_on_use, self.model)
-        if self.copy64 is None:
-            try:
+        try:
+            if self.one_at_a_time:
+                if self.put_aside is None:
+                    self._to_float64_state()
+                return functools.partial(upcast_call, self.model)
+            if self.copy64 is None:
                 self.copy64 = copy.deepcopy(self.model).to(torch.float64)
-            except Exception as exc:  # noqa: BLE001 - the problem's module may not convert; the plan says why
-                self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-                return None
+        except Exception as exc:  # noqa: BLE001 - the problem's module may not convert; the plan says why
+            self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            self.native()
+            return None
         return self.copy64
 
     @contextmanager
@@ -110,12 +115,17 @@ class Precisions:
                         value.copy_(values)
 
     def upcast_bytes(self) -> int:
-        """The device memory a float64 run takes for parameters beyond what is allocated now: where they are upcast
-        on use, at most the float64 copy of the largest (an operation reading it whole); a kept copy is allocated."""
+        """The device memory a float64 run takes for the model's state beyond what is allocated now, where its
+        parameters are upcast on use: its float64 buffers, and the float64 copy of one parameter at a time (of a
+        matrix a block, where a product reads it; an estimate: an operation reading several at once, an LSTM's
+        layer, takes their sum). A kept copy is allocated already."""
         if not self.one_at_a_time:
             return 0
-        return max((p.numel() * torch.float64.itemsize for p in self.model.parameters() if p.is_floating_point()),
-                   default=0)
+        size = torch.float64.itemsize
+        buffers = sum(b.numel() * size for b in self.model.buffers() if b.is_floating_point())
+        largest = max((min(p.numel() * size, BLOCK_BYTES) if p.dim() == 2 else p.numel() * size
+                       for p in self.model.parameters() if p.is_floating_point()), default=0)
+        return buffers + largest
 
     def changed(self, names: list[str]) -> None:
         """The native entries `names` changed: a kept float64 copy takes them (upcast in place: a new copy of
@@ -134,13 +144,9 @@ class Precisions:
             module.__dict__[name] = value
         with torch.no_grad():
             for module, name, value in self.put_aside["buffers"]:
-                module._buffers[name] = value.to(torch.float64) if value.is_floating_point() else value.clone()
+                module._buffers[name] = value.to(torch.float64, copy=True) if value.is_floating_point() \
+                    else value.clone()
 
-
-def _upcast_on_use(model: torch.nn.Module, *args):
-    """The model called on `args` with its parameters read in float64 (referee/upcast.py)."""
-    with UpcastOnUse(model.parameters()):
-        return model(*args)
 
 
 def _version(t: torch.Tensor) -> int | None:

@@ -108,7 +108,8 @@ class RefereeSession:
         return model64
 
     def _release(self) -> None:
-        """After a conversion, the freed blocks back to the device where its free memory is short."""
+        """After a change of precision or a large float64 run, the freed blocks back to the device where its free
+        memory is short."""
         if self.device.type == "cuda" and self.footprint and torch.cuda.mem_get_info(self.device)[0] < \
                 RELEASE_BELOW_FACTOR * (self.footprint["total_bytes"] + self.plan.need):
             torch.cuda.empty_cache()
@@ -218,14 +219,17 @@ class RefereeSession:
 
 
 def _in_host(out):
-    """A reference output's tensors copied into pinned host memory (the device's let go), its structure kept."""
+    """A reference output's tensors copied into pinned host memory (the device's let go), its structure kept; as it
+    is where pinned memory cannot be had."""
     def copied(t: torch.Tensor) -> torch.Tensor:
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return host.copy_(t)
+        return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
 
-    if isinstance(out, torch.Tensor):
-        return copied(out)
-    return (tuple if isinstance(out, tuple) else list)(copied(t) for t in out)  # (its type's name is in its outline)
+    try:
+        if isinstance(out, torch.Tensor):
+            return copied(out)
+        return (tuple if isinstance(out, tuple) else list)(copied(t) for t in out)  # (its type's name: its outline)
+    except RuntimeError:  # (torch's error for a failed host allocation)
+        return out
 
 
 def _checksums(inputs: list) -> list[int]:

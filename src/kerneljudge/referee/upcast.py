@@ -11,9 +11,12 @@ ones, and a product's blocks are its own rows or columns, each computed over the
 
 The model's code sees float64 parameters: a parameter's `dtype` reads float64 and its `element_size()` 8 (a forward
 casting to its weight's dtype stays in float64, as it would converted); its shape, strides and device read as they
-are. Whatever the mode does not see (an operation outside torch's function dispatch) gets the native parameter,
-and the float64 run fails on the mixed dtypes: the plan then says the float64 reference could not run, as for any
-reference failing in float64.
+are. Views of a parameter (a transpose, a slice, a reshape) are made natively, so a product reading one still reads
+it in blocks and a slice is upcast alone; one the forward returns is upcast. A forward that changes a parameter in
+place would change a float64 copy the next operation never sees, so that raises `ChangedInPlace`, and the plan
+says the float64 reference could not run (the native reference is the truth then), as for any reference failing
+in float64. Operations outside torch's function dispatch do not see the mode: a TorchScript module's would read
+the native parameters, so such a model keeps a float64 copy instead (referee/precision.py).
 """
 
 from __future__ import annotations
@@ -31,9 +34,23 @@ _AS_IS_GETTERS = (torch.Tensor.shape, torch.Tensor.ndim, torch.Tensor.device, to
                   torch.Tensor.requires_grad, torch.Tensor.layout, torch.Tensor.is_leaf)
 _AS_IS = {torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.stride, torch.Tensor.is_contiguous,
           torch.Tensor.is_floating_point, torch.Tensor.__len__, torch.Tensor.data_ptr, torch.Tensor.get_device}
-_TRANSPOSE_GETTERS = (torch.Tensor.T, torch.Tensor.mT)
-_TRANSPOSES = {torch.Tensor.t, torch.t, torch.Tensor.transpose, torch.transpose}
+# views of a held tensor, made natively and held in turn: getters, then methods and functions
+_VIEW_GETTERS = (torch.Tensor.T, torch.Tensor.mT, torch.Tensor.H, torch.Tensor.mH, torch.Tensor.data)
+_VIEWS = {torch.Tensor.t, torch.t, torch.Tensor.transpose, torch.transpose, torch.Tensor.swapaxes, torch.swapaxes,
+          torch.Tensor.permute, torch.permute, torch.Tensor.__getitem__, torch.Tensor.narrow, torch.narrow,
+          torch.Tensor.select, torch.select, torch.Tensor.view, torch.Tensor.view_as, torch.Tensor.reshape,
+          torch.reshape, torch.Tensor.expand, torch.Tensor.expand_as, torch.Tensor.unsqueeze, torch.unsqueeze,
+          torch.Tensor.squeeze, torch.squeeze, torch.Tensor.flatten, torch.flatten, torch.Tensor.unflatten,
+          torch.Tensor.chunk, torch.chunk, torch.Tensor.split, torch.split, torch.Tensor.unbind, torch.unbind,
+          torch.Tensor.detach, torch.detach, torch.Tensor.movedim, torch.movedim}
+_IN_PLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+                     "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}
+_FLAGS = {"requires_grad_", "share_memory_"}  # in-place by name, writing no values
 _PRODUCTS = {torch.matmul, torch.Tensor.matmul, torch.mm, torch.Tensor.mm}
+
+
+class ChangedInPlace(RuntimeError):
+    """The forward changes one of its parameters in place: its float64 run would not see the change."""
 
 
 class UpcastOnUse(TorchFunctionMode):
@@ -42,8 +59,8 @@ class UpcastOnUse(TorchFunctionMode):
     def __init__(self, parameters: Iterable[torch.Tensor]):
         super().__init__()
         self.held = {id(p): p for p in parameters if p.is_floating_point() and p.dtype != torch.float64}
-        # transposes of 2-D held parameters, made natively (they share the parameter's memory) so that a product
-        # reading one still upcasts it in blocks; kept while the mode is, which keeps their ids theirs
+        # views of held tensors, made natively (they share the parameter's memory) so that a product reading one
+        # still upcasts it in blocks; kept while the mode is, which keeps their ids theirs
         self.views: dict[int, torch.Tensor] = {}
 
     def _is_held(self, value) -> bool:
@@ -60,11 +77,15 @@ class UpcastOnUse(TorchFunctionMode):
             return torch.float64.itemsize
         if func in _AS_IS or (getter is not None and any(getter is g for g in _AS_IS_GETTERS)):
             return func(*args, **kwargs)
-        if args and self._is_held(args[0]) and args[0].dim() == 2 and \
-                (func in _TRANSPOSES or (getter is not None and any(getter is g for g in _TRANSPOSE_GETTERS))):
-            view = func(*args, **kwargs)
-            self.views[id(view)] = view
-            return view
+        first = args[0] if args else None
+        if (_in_place(func, kwargs) and self._is_held(first)) or self._is_held(kwargs.get("out")):
+            raise ChangedInPlace(f"the forward changes a parameter in place ({getattr(func, '__name__', func)})")
+        if self._is_held(first) and (func in _VIEWS or (getter is not None and any(getter is g for g in _VIEW_GETTERS))):
+            views = func(*args, **kwargs)
+            for view in pytree.tree_leaves(views):
+                if isinstance(view, torch.Tensor):
+                    self.views[id(view)] = view
+            return views
         if func is torch.nn.functional.linear:
             return self._linear(*args, **kwargs)
         if func in _PRODUCTS and len(args) == 2 and not kwargs:
@@ -72,6 +93,7 @@ class UpcastOnUse(TorchFunctionMode):
         return func(*pytree.tree_map(self._upcast, args), **pytree.tree_map(self._upcast, kwargs))
 
     def _upcast(self, value):
+        """A held tensor's float64 copy (anything else as it is)."""
         return value.to(torch.float64) if self._is_held(value) else value
 
     def _product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -92,10 +114,27 @@ class UpcastOnUse(TorchFunctionMode):
         x, bias = self._upcast(input), self._upcast(bias) if bias is not None else None
         if not (self._is_held(weight) and weight.dim() == 2 and _blocked(weight)):
             return torch.nn.functional.linear(x, self._upcast(weight), bias)
-        return _by_blocks(weight.shape[0], _per_block(weight.shape[1]), x.shape[:-1] + (weight.shape[0],), x.dtype, x.device,
-                          lambda j, k: torch.nn.functional.linear(
-                              x, weight[j:k].to(torch.float64), bias[j:k] if bias is not None else None),
-                          columns=True)
+        shape = x.shape[:-1] + (weight.shape[0],)
+        bias = bias.expand(shape) if bias is not None else None  # (a bias of any shape that broadcasts to it)
+        return _by_blocks(weight.shape[0], _per_block(weight.shape[1]), shape, x.dtype, x.device,
+                          lambda j, k: torch.nn.functional.linear(x, weight[j:k].to(torch.float64))
+                          + (bias[..., j:k] if bias is not None else 0), columns=True)
+
+
+def upcast_call(model: torch.nn.Module, *args):
+    """The model called on `args` with its parameters read in float64; what it returns in float64 too (a view of a
+    parameter it returns is upcast)."""
+    mode = UpcastOnUse(model.parameters())
+    with mode:
+        out = model(*args)
+    return pytree.tree_map(mode._upcast, out)
+
+
+def _in_place(func, kwargs: dict) -> bool:
+    """Whether the operation writes into its first argument: `add_`, `__setitem__`, `__iadd__`, `inplace=True`."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__") and name not in _FLAGS) or name in _IN_PLACE_DUNDERS \
+        or bool(kwargs.get("inplace"))
 
 
 def _blocked(t: torch.Tensor) -> bool:

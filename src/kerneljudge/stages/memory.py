@@ -5,8 +5,9 @@ The judge's memory is what its two torch processes hold: each keeps the paramete
 outputs, the worker also the reference's state while it loads it into ModelNew (then let go of: the probes'
 parameter changes are made on ModelNew's entries, proc/perturb.py) and the referee its float64 truth beside its
 expected output (the candidate's, in the worker, is compared where it lies on a GPU and crosses through host memory
-on a CPU). So the least a judgement needs is three times the
-parameters, twice the inputs and three times the outputs; a problem whose least need exceeds
+on a CPU; a large reference's parameters are upcast where the float64 run reads them, referee/upcast.py). So the
+least a judgement needs is twice the parameters, twice the inputs and three times the outputs; a problem whose least
+need exceeds
 the device is `problem-too-large`. The peak is reported per process and per device (the resident set,
 and the GPU allocator's high-water mark on a GPU) and as a multiple of the problem's footprint
 (parameters, inputs, outputs and, measured on a GPU, the reference's activations).
@@ -30,7 +31,7 @@ GB = 1e9
 
 def least_need_bytes(estimate: dict[str, int]) -> int:
     """What the two processes must hold at once, at the least (see the module's docstring)."""
-    return 3 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
+    return 2 * estimate["parameters_bytes"] + 2 * estimate["inputs_bytes"] + 3 * estimate["outputs_bytes"]
 
 
 def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, Any]) -> None:
@@ -45,7 +46,7 @@ def precheck(j: Judging, problem: dict[str, Any], seed: int, block: dict[str, An
     if need > total:
         j.findings.append(Finding.of(
             "problem-too-large", f"the problem needs {need / GB:.1f} GB at the least (parameters "
-            f"{estimate['parameters_bytes'] / GB:.2f} GB three times, inputs {estimate['inputs_bytes'] / GB:.2f} GB "
+            f"{estimate['parameters_bytes'] / GB:.2f} GB twice, inputs {estimate['inputs_bytes'] / GB:.2f} GB "
             f"twice, outputs {estimate['outputs_bytes'] / GB:.2f} GB three times), more than the "
             f"device's {total / GB:.1f} GB", stage=STAGE, need_bytes=need, device_total_bytes=total, **estimate))
         raise StageEnded()
