@@ -106,6 +106,15 @@ def test_outputs_through_host_memory_give_the_same_verdict(on_gpu):
         [(f.code, f.message) for f in result.findings]
 
 
+def _problem_honest_and_wrong(folder, template: str):
+    """The problem written from `template` (its `{change}` empty), the reference renamed `ModelNew`, and the same
+    with 1e-2 added to its output."""
+    paths = [folder / name for name in ("problem.py", "honest.py", "wrong.py")]
+    for path, change, name in zip(paths, ("", "", " + 1e-2"), ("Model", "ModelNew", "ModelNew")):
+        path.write_text(template.format(change=change).replace("class Model", f"class {name}"))
+    return paths
+
+
 TALL_SKINNY = """
 import torch
 import torch.nn as nn
@@ -137,11 +146,7 @@ def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     once, the referee's expected one and truth while it draws (the referee's own peak: 2.26 outputs on an H100); the
     judge's peak was 3.29-3.30 outputs with the worker's output held through the next draw (the repeat and range
     probes') or the referee's expected output kept beside its truth; a wrong output is still seen there."""
-    problem = tmp_path / "tall_skinny.py"
-    problem.write_text(TALL_SKINNY.format(change=""))
-    honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"
-    honest.write_text(TALL_SKINNY.format(change="").replace("class Model", "class ModelNew"))
-    wrong.write_text(TALL_SKINNY.format(change=" + 1e-2").replace("class Model", "class ModelNew"))
+    problem, honest, wrong = _problem_honest_and_wrong(tmp_path, TALL_SKINNY)
     result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     memory, output_bytes = result.memory, 1 << 30
@@ -184,11 +189,7 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
     it was the worker's output beside the referee's native output and truth: 3.15 footprints at level1/54). The
     honest candidate passes against the native output, a wrong one fails."""
-    problem = tmp_path / "tf32_conv.py"
-    problem.write_text(TF32_CONVOLUTION.format(change=""))
-    honest, wrong = tmp_path / "honest.py", tmp_path / "wrong.py"
-    honest.write_text(TF32_CONVOLUTION.format(change="").replace("class Model", "class ModelNew"))
-    wrong.write_text(TF32_CONVOLUTION.format(change=" + 1e-2").replace("class Model", "class ModelNew"))
+    problem, honest, wrong = _problem_honest_and_wrong(tmp_path, TF32_CONVOLUTION)
     result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert "reference-imprecise" in {f.code for f in result.findings}
