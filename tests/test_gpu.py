@@ -202,6 +202,49 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
 
 
+WIDE_LINEAR = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16384, 16384)
+
+    def forward(self, x):
+        return torch.sigmoid(self.linear(x)).sum(1, keepdim=True){change}
+
+
+def get_inputs():
+    return [torch.rand(64, 16384)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_parameter_heavy_reference_is_held_twice_by_the_judge(on_gpu, tmp_path):
+    """A Linear of 1 GiB (level2/56's shape, smaller): the referee holds its parameters once, their float64 run
+    upcasting the weight 64 MiB at a time (referee/upcast.py), and the worker builds the reference's state into
+    host memory before ModelNew's own (worker/server.STATE_IN_HOST_FROM_BYTES), so the judge holds the parameters
+    twice at the most and a little more (it held three times them: the referee's float64 ones beside the worker's,
+    and the worker's two builds beside the referee's); a wrong candidate still fails."""
+    problem, honest, wrong = _problem_honest_and_wrong(tmp_path, WIDE_LINEAR)
+    result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    memory = result.memory
+    parameters = memory["footprint"]["parameters_bytes"]
+    print(f"judge peak {memory['judge_peak_bytes'] / parameters:.2f} parameters, "
+          f"{memory['peak_over_footprint']} footprints; stages "
+          f"{ {s: {p: round(v / parameters, 2) for p, v in d.items()} for s, d in memory['stages'].items()} }")
+    assert memory["reference"]["float64"] != "native", memory["reference"]
+    assert memory["judge_peak_bytes"] / parameters < 2.3, memory
+    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
+    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+
+
 def test_a_made_up_device_handle_does_not_open(on_gpu):
     """A forged CUDA IPC description on a GPU: the driver refuses the handle, the referee calls the reply
     malformed, and maps nothing."""

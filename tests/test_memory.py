@@ -720,3 +720,20 @@ def test_no_referee_draw_meets_an_output_the_worker_still_holds(fast, tmp_path, 
         elif op in ("compare", "compare-pair") and not held:  # let go before the referee read it
             gone.append(op)
     assert not met and not gone and any(op == "ready" for _, op, _, _ in events), (met, gone, events)
+
+
+def test_the_reference_state_waiting_in_host_memory_keeps_its_ties_and_values():
+    """worker/server._in_host (the reference's state, built or sent, waits there while ModelNew is built on a GPU):
+    each entry a host copy with its values, an entry tied to another (the very tensor under two names) one copy
+    under both names, so the worker still counts and changes it once (proc/perturb.ties)."""
+    from kerneljudge.proc.perturb import ties
+    from kerneljudge.worker.server import _in_host
+
+    weight = torch.randn(4, 3)
+    state = {"linear.weight": weight, "tied": weight, "bias": torch.randn(3), "view": weight[1:]}
+    staged = _in_host(state)
+    assert all(torch.equal(staged[n], state[n]) and staged[n].device.type == "cpu" for n in state)
+    assert staged["tied"] is staged["linear.weight"] and staged["view"] is not staged["linear.weight"]
+    assert ties(list(staged), list(staged.values())) == ties(list(state), list(state.values())) == {"tied": "linear.weight"}
+    weight.add_(1)  # copies: the state's memory can go
+    assert not torch.equal(staged["linear.weight"], weight)

@@ -66,13 +66,18 @@ def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
     return model.state_dict(keep_vars=True), {n for n, _ in model.named_parameters()}
 
 
+def tie_key(t: torch.Tensor) -> tuple:
+    """What two entries share when they are the very same tensor (its memory, offset, shape, strides, dtype)."""
+    return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype
+
+
 def ties(names: list[str], tensors: list[torch.Tensor]) -> dict[str, str]:
     """Entries that are the very tensor of an earlier entry (tied weights): name -> that entry's name (the
     worker counts such a tensor once among a model's bytes)."""
     first: dict[tuple, str] = {}
     tied: dict[str, str] = {}
     for name, t in zip(names, tensors):
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        key = tie_key(t)
         if key in first:
             tied[name] = first[key]
         else:

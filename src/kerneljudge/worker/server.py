@@ -21,7 +21,7 @@ import torch
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
 from kerneljudge.proc.inputs import build_seeded, equal_bits, make_inputs, refill, seed_generators
-from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, ties
+from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, tie_key, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.timed import TimedModel
@@ -39,6 +39,12 @@ POISON_EXTRA_BYTES = 1 << 30  # the most the large poisoned block on a GPU takes
 # through host memory and are let go at once: held beside the output during the referee's comparison, an
 # elementwise problem's inputs (half its memory) took the judge's peak from 2.5 to 3.0 footprints (H200).
 INPUTS_SHARED_UP_TO = 0.25
+# The reference's state, as built here or sent, waits in host memory while ModelNew is built (then is loaded from
+# there) where it is this large on a device of these types: built beside ModelNew's own parameters, it made this
+# process hold the parameters twice while the referee held them once (level2/56 on an H100: three times its 4 GiB
+# weight at the worker's construction, the judge's peak once the referee no longer held them in float64)
+STATE_IN_HOST_FROM_BYTES = 16 << 20
+STATE_IN_HOST_DEVICES = ("cuda",)
 Reply = tuple[dict[str, Any], list]
 
 
@@ -196,6 +202,11 @@ class Worker:
         elif request.derive:
             state, init_inputs = _derived_state(session.loaded.problem, self.device, request, names)
         kernelbench = not request.derive and request.state is None  # construct, then move; no state loaded
+        checksums = digest(state, names) if request.derive and state is not None else None
+        staged = state is not None and self.device.type in STATE_IN_HOST_DEVICES and \
+            memory.tensor_bytes(list(state.values())) >= STATE_IN_HOST_FROM_BYTES
+        if staged:
+            state = _in_host(state)
         made = guarded(lambda: build_seeded(session.loaded.model_new, session.loaded.problem, self.device,
                                             request.init_seed, request.init_inputs_seed, kernelbench, init_inputs)[0],
                        stage="check", code="constructor-error", what="ModelNew(*get_init_inputs())",
@@ -213,18 +224,20 @@ class Worker:
             return _reply([moved.failure.finding], poisoned=moved.failure.poisoned)
         session.candidate = moved.value
         session.seeding = CallSeeding(request.call_seed, self.device)
-        checksums = digest(state, names) if request.derive and state is not None else None
-        self._follow_reference(state or {}, request)
+        self._follow_reference(state or {}, request, staged)
         return _reply([], digest=checksums)
 
-    def _follow_reference(self, state: dict[str, torch.Tensor], request: protocol.Construct) -> None:
+    def _follow_reference(self, state: dict[str, torch.Tensor], request: protocol.Construct, staged: bool) -> None:
         """What the probes' changes are made on from now (worker/session.py): ModelNew's entries, loaded from
-        `state`, which is let go of but for the entries ModelNew holds in another dtype or on another device."""
+        `state`, which is let go of but for the entries ModelNew holds in another dtype or on another device
+        (`staged`: `state` waited in host memory, and is compared by dtype alone, each copy kept where the entry
+        is)."""
         session = self.session
         held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
-        session.own_copies = {name: value for name, value in state.items()
-                              if name in held and _kind(held[name]) != _kind(value)}
+        session.own_copies = {name: value.to(held[name].device) if staged else value for name, value in state.items()
+                              if name in held and (held[name].dtype != value.dtype if staged
+                                                   else _kind(held[name]) != _kind(value))}
         tied = ties(list(state), list(state.values()))
         session.reference_bytes = memory.tensor_bytes([t for name, t in state.items() if name not in tied])
 
@@ -536,6 +549,16 @@ def _derived_state(problem, device: torch.device, request: protocol.Construct,
         return None, None
     built = reference.state_dict()
     return ({name: built[name] for name in names} if all(name in built for name in names) else None), init_inputs
+
+
+def _in_host(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries copied into host memory (their device memory let go with `state`), an entry tied to an earlier
+    one a copy of the same host tensor (proc/perturb.ties)."""
+    copies: dict[tuple, torch.Tensor] = {}
+    for t in state.values():
+        if tie_key(t) not in copies:
+            copies[tie_key(t)] = t.detach().to("cpu", copy=True)
+    return {name: copies[tie_key(t)] for name, t in state.items()}
 
 
 def _load_state(candidate, reference_state: dict) -> Finding | None:
