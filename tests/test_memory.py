@@ -737,3 +737,24 @@ def test_the_reference_state_waiting_in_host_memory_keeps_its_ties_and_values():
     assert ties(list(staged), list(staged.values())) == ties(list(state), list(state.values())) == {"tied": "linear.weight"}
     weight.add_(1)  # copies: the state's memory can go
     assert not torch.equal(staged["linear.weight"], weight)
+
+
+def test_a_staged_state_keeps_one_device_copy_of_a_tied_entry_modelnew_holds_in_another_dtype():
+    """worker/server.Worker._follow_reference with the state in host memory: an entry ModelNew holds in another dtype
+    (a candidate that called `.half()`) is kept as the reference's values on ModelNew's device, one copy under
+    every name it is tied under (two copies would each take a probe's change: the referee changes its one twice);
+    an entry ModelNew holds alike is ModelNew's alone."""
+    from types import SimpleNamespace
+
+    from kerneljudge.worker.server import Worker, _in_host
+
+    weight = torch.randn(4, 3)
+    staged = _in_host({"a.weight": weight, "b.weight": weight, "bias": torch.randn(3)})
+    held = {"a.weight": torch.empty(4, 3, dtype=torch.float16, device="meta"),
+            "b.weight": torch.empty(4, 3, dtype=torch.float16, device="meta"), "bias": torch.empty(3, device="meta")}
+    worker = SimpleNamespace(session=SimpleNamespace(held_entries=lambda: held))
+    Worker._follow_reference(worker, staged, SimpleNamespace(parameters=["a.weight", "bias"]), True)
+    copies = worker.session.own_copies
+    assert set(copies) == {"a.weight", "b.weight"} and copies["a.weight"] is copies["b.weight"]
+    assert copies["a.weight"].device.type == "meta" and copies["a.weight"].dtype == torch.float32
+    assert worker.session.reference_bytes == (12 + 3) * 4

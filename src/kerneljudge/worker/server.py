@@ -235,9 +235,13 @@ class Worker:
         session = self.session
         held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
-        session.own_copies = {name: value.to(held[name].device) if staged else value for name, value in state.items()
-                              if name in held and (held[name].dtype != value.dtype if staged
-                                                   else _kind(held[name]) != _kind(value))}
+        moved: dict[int, torch.Tensor] = {}  # a staged tensor's copy on the device, once however many names it has
+        session.own_copies = {}
+        for name, value in state.items():
+            if name in held and (held[name].dtype != value.dtype if staged else _kind(held[name]) != _kind(value)):
+                if staged and id(value) not in moved:
+                    moved[id(value)] = value.to(held[name].device)
+                session.own_copies[name] = moved[id(value)] if staged else value
         tied = ties(list(state), list(state.values()))
         session.reference_bytes = memory.tensor_bytes([t for name, t in state.items() if name not in tied])
 
