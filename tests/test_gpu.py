@@ -229,11 +229,12 @@ def test_a_parameter_heavy_reference_is_held_twice_by_the_judge(on_gpu, tmp_path
     """A Linear of 1 GiB (level2/56's shape, smaller): the referee holds its parameters once, their float64 run
     upcasting the weight 64 MiB at a time (referee/upcast.py), and the worker builds the reference's state into
     host memory before ModelNew's own (worker/server.STATE_IN_HOST_FROM_BYTES), so the judge holds the parameters
-    twice at the most and a little more through its check (it held three times them: the referee's float64 ones
-    beside the worker's, and the worker's two builds beside the referee's); a wrong candidate still fails. (The
-    probes are left out: the parameters-replaced probe makes a new weight while ModelNew holds the old one.)"""
+    twice at the most and a little more (it held three times them: the referee's float64 ones beside the worker's,
+    and the worker's two builds beside the referee's), the referee's parked in host memory while the probes
+    replace ModelNew's (a new weight beside the old one: referee/session.RefereeSession.park); a wrong candidate
+    still fails."""
     problem, honest, wrong = _problem_honest_and_wrong(tmp_path, WIDE_LINEAR)
-    result = api.evaluate(problem, honest, on_gpu, check={"trials": 2}, probes=False)
+    result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     memory = result.memory
     parameters = memory["footprint"]["parameters_bytes"]

@@ -758,3 +758,56 @@ def test_a_staged_state_keeps_one_device_copy_of_a_tied_entry_modelnew_holds_in_
     assert set(copies) == {"a.weight", "b.weight"} and copies["a.weight"] is copies["b.weight"]
     assert copies["a.weight"].device.type == "meta" and copies["a.weight"].dtype == torch.float32
     assert worker.session.reference_bytes == (12 + 3) * 4
+
+
+def test_the_referees_parameters_parked_in_host_memory_come_back_as_they_were(tmp_path, monkeypatch):
+    """referee/session.RefereeSession.park (around a change the worker makes by new objects, on a GPU): every large
+    parameter waits in host memory, the same object, and comes back to its device with its values and layout, so
+    the draws after it are the ones a session never parked gives; a small one stays."""
+    from kerneljudge.referee import session as referee_session
+    from kerneljudge.worker.build import import_problem
+
+    path = tmp_path / "gemm.py"
+    path.write_text(GEMM_PROBLEM)
+    module = import_problem(str(path), GEMM_PROBLEM, {})
+    plain = referee_session.RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    parking = referee_session.RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False)
+    monkeypatch.setattr(referee_session, "PARKED_DEVICES", ("cpu",))  # (host memory to host memory: a copy)
+    monkeypatch.setattr(referee_session, "PARKED_FROM_BYTES", 4096)
+    model = parking.native()
+    before = {name: (p, p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
+    parking.park(True)
+    moved = {name for name, (p, ptr, _) in before.items() if p.data_ptr() != ptr}
+    assert moved == {name for name, (p, _, _) in before.items() if p.numel() * p.element_size() >= 4096} != set()
+    parking.park(False)
+    assert not parking.parked
+    for name, p in model.named_parameters():
+        assert p is before[name][0] and torch.equal(p, before[name][2]) and p.device.type == "cpu"
+    for session in (plain, parking):
+        session.draw(3)
+    a, b = plain.kept.pop(3), parking.kept.pop(3)
+    assert torch.equal(a.expected, b.expected) and torch.equal(a.expected64, b.expected64)
+
+
+def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_parameters_parked(fast, tmp_path,
+                                                                                                   monkeypatch):
+    """stages/probe._made_alike: the worker's replacement of ModelNew's entries and its state-dict round trip (a new
+    copy beside the old) come between the referee's Park(True) and Park(False); an in-place change does not."""
+    trace: list[tuple[str, str, object]] = []
+    plain_call = isolation.WorkerProcess.call
+
+    def call(process, request, blobs=(), **kw):
+        if request.op in ("park", "perturb"):
+            trace.append((process.role, request.op, getattr(request, "parked", getattr(request, "how", None))))
+        return plain_call(process, request, blobs, **kw)
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", call)
+    path = tmp_path / "gemm.py"
+    path.write_text(GEMM_PROBLEM)
+    result = api.evaluate(path, honest(path, tmp_path), fast, check={"trials": 1})
+    assert result.verdict == "pass", result.findings
+    worker_changes = [(n, how) for n, (role, op, how) in enumerate(trace) if role == "worker"]
+    assert {how for _, how in worker_changes} == {"in-place", "replace", "state-dict"}, trace
+    for n, how in worker_changes:
+        bracketed = trace[n - 1] == ("referee", "park", True) and trace[n + 1] == ("referee", "park", False)
+        assert bracketed == (how != "in-place"), (how, trace[n - 1:n + 2])

@@ -264,6 +264,16 @@ class SyncState(Request):
 
 @request
 @dataclass(frozen=True)
+class Park(Request):
+    """Referee: its large parameters into host memory (`parked`), or back, around a change the worker makes by new
+    objects (replaced, or loaded back through a state dict: a new copy of an entry beside ModelNew's old one), so
+    the judge does not hold them three times then (referee/session.RefereeSession.park). Reply: nothing."""
+    op: ClassVar[str] = "park"
+    parked: bool
+
+
+@request
+@dataclass(frozen=True)
 class StateEntries(Request):
     """The reference's floating state-dict entries (parameters and buffers) a probe may change, in order."""
     op: ClassVar[str] = "state-entries"

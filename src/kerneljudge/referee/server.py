@@ -70,7 +70,7 @@ class Referee:
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.HoldOutput: self.hold_output, protocol.TimeDone: self.time_done,
             protocol.ComparePair: self.compare_pair, protocol.Perturb: self.perturb,
-            protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan,
+            protocol.StateEntries: self.state_entries, protocol.RangePlan: self.range_plan, protocol.Park: self.park,
             protocol.RangeSet: self.range_set, protocol.StateOf: self.state_of,
             protocol.ProfileReference: self.profile_reference, protocol.TimeSetup: self.time_setup,
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
@@ -258,6 +258,10 @@ class Referee:
         names, tensors = self.session.state(request.names)
         meta, state_blobs = tensorwire.pack_values(tensors)
         return {"names": names, "state": meta}, state_blobs
+
+    def park(self, request: protocol.Park, blobs: list) -> Reply:
+        self.session.park(request.parked)
+        return {}, []
 
     def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:
         return {"names": [n for n, t in self.session.native().state_dict().items() if t.is_floating_point()]}, []

@@ -36,6 +36,11 @@ UNCOPIED_FROM_BYTES = 256 << 20
 # memory on a GPU: only a comparison whose candidate misses the truth reads it, a block at a time, where it held a
 # third output on the device beside the truth and the worker's output (level1/54's 1 GiB output: 3.15x its footprint)
 NATIVE_IN_HOST_FROM_BYTES = 256 << 20
+# Parameters this large, on a device of these types, wait in host memory while the worker replaces ModelNew's own
+# (`park`): the worker holds the new copy of an entry beside the old one then, and with the referee's, the judge held
+# a single-weight model's parameters three times (level2/56's 4 GiB weight)
+PARKED_FROM_BYTES = 16 << 20
+PARKED_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -70,6 +75,7 @@ class RefereeSession:
     # the evaluation's (atol, rtol) as options give them (either None: the output dtype's), which every comparison
     # uses: a native output within it of the float64 truth is let go (`expect`); None: native outputs are all kept
     tolerance: tuple[float | None, float | None] | None = None
+    parked: list[tuple[torch.nn.Parameter, torch.device]] = field(default_factory=list)  # in host memory now
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
@@ -211,6 +217,23 @@ class RefereeSession:
         self.reference.changed(names)
         return names
 
+    def park(self, parked: bool) -> None:
+        """The reference's parameters of PARKED_FROM_BYTES or more on a PARKED_DEVICES device into pinned host memory
+        (`parked`), each object keeping its identity and values, or back where they were. Not moved: a parameter
+        sharing its memory with another (moved apart, they would no longer be tied)."""
+        if not parked:
+            for parameter, device in self.parked:
+                parameter.data = parameter.data.to(device)
+            self.parked = []
+            return
+        parameters = list(self.native().parameters())
+        memories = [p.untyped_storage().data_ptr() for p in parameters]
+        for parameter, memory_at in zip(parameters, memories):
+            if parameter.device.type in PARKED_DEVICES and memories.count(memory_at) == 1 and \
+                    parameter.numel() * parameter.element_size() >= PARKED_FROM_BYTES:
+                self.parked.append((parameter, parameter.device))
+                parameter.data = _pinned_copy(parameter.data)
+
     def perturb(self, seed: int, names: list[str] | None, replace: bool) -> list[str]:
         """The probes' change of the reference's entries (proc/perturb.py; the worker makes the same)."""
         changed = perturb(*entries(self.native()), seed, names, replace=replace, device=self.device)
@@ -221,15 +244,17 @@ class RefereeSession:
 def _in_host(out):
     """A reference output's tensors copied into pinned host memory (the device's let go), its structure kept; as it
     is where pinned memory cannot be had."""
-    def copied(t: torch.Tensor) -> torch.Tensor:
-        return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
-
     try:
         if isinstance(out, torch.Tensor):
-            return copied(out)
-        return (tuple if isinstance(out, tuple) else list)(copied(t) for t in out)  # (its type's name: its outline)
+            return _pinned_copy(out)
+        return (tuple if isinstance(out, tuple) else list)(_pinned_copy(t) for t in out)  # (its type: its outline)
     except RuntimeError:  # (torch's error for a failed host allocation)
         return out
+
+
+def _pinned_copy(t: torch.Tensor) -> torch.Tensor:
+    """`t` copied into host memory, laid out as it is, pinned where it is on a GPU (copies at the bus's speed)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, pin_memory=t.device.type == "cuda").copy_(t)
 
 
 def _checksums(inputs: list) -> list[int]:

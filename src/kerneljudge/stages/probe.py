@@ -12,8 +12,9 @@ is no better than silence (README: what the judge trusts).
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from kerneljudge import protocol
 from kerneljudge.records import Finding
@@ -274,6 +275,20 @@ def probe_ranges(j: Judging) -> list[Finding]:
     return findings
 
 
+@contextmanager
+def _referee_parked(j: Judging, parked: bool) -> Iterator[None]:
+    """Around a change the worker makes by new objects (`parked`): the referee's large parameters wait in host
+    memory meanwhile (protocol.Park), back on its device after, whatever happened."""
+    if not parked:
+        yield
+        return
+    j.take(j.referee.call(protocol.Park(True)), STAGE)
+    try:
+        yield
+    finally:
+        j.take(j.referee.call(protocol.Park(False)), STAGE)
+
+
 def _set_range(j: Judging, transform: dict | None) -> None:
     _made_alike(j, protocol.RangeSet(transform))
 
@@ -291,7 +306,9 @@ def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> boo
         return False
     ours = [float(v) for v in done.get("fingerprint", [])]  # the referee's own figures (a -inf entry sums to -inf)
     how = change.how if isinstance(change, protocol.Perturb) else "in-place"
-    if fingerprints_agree(j.take(j.worker.call(change), STAGE), ours):
+    with _referee_parked(j, how != "in-place"):
+        made = j.take(j.worker.call(change), STAGE)
+    if fingerprints_agree(made, ours):
         return True
     j.info["parameter_changes_sent"] = j.info.get("parameter_changes_sent", 0) + 1
     state = j.take(j.referee.call(protocol.StateOf(names)), STAGE)
