@@ -763,7 +763,8 @@ def test_a_staged_state_keeps_one_device_copy_of_a_tied_entry_modelnew_holds_in_
 def test_the_referees_parameters_parked_in_host_memory_come_back_as_they_were(tmp_path, monkeypatch):
     """referee/session.RefereeSession.park (around a change the worker makes by new objects, on a GPU): every large
     parameter waits in host memory, the same object, and comes back to its device with its values and layout, so
-    the draws after it are the ones a session never parked gives; a small one stays."""
+    the draws after it are the ones a session never parked gives, whether Park(False) or the draw itself brought
+    them back; a small one stays."""
     from kerneljudge.referee import session as referee_session
     from kerneljudge.worker.build import import_problem
 
@@ -776,17 +777,21 @@ def test_the_referees_parameters_parked_in_host_memory_come_back_as_they_were(tm
     monkeypatch.setattr(referee_session, "PARKED_FROM_BYTES", 4096)
     model = parking.native()
     before = {name: (p, p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
-    parking.park(True)
-    moved = {name for name, (p, ptr, _) in before.items() if p.data_ptr() != ptr}
-    assert moved == {name for name, (p, _, _) in before.items() if p.numel() * p.element_size() >= 4096} != set()
-    parking.park(False)
-    assert not parking.parked
-    for name, p in model.named_parameters():
-        assert p is before[name][0] and torch.equal(p, before[name][2]) and p.device.type == "cpu"
-    for session in (plain, parking):
-        session.draw(3)
-    a, b = plain.kept.pop(3), parking.kept.pop(3)
-    assert torch.equal(a.expected, b.expected) and torch.equal(a.expected64, b.expected64)
+    for seed, back in ((3, parking.park), (4, lambda parked: None)):  # back by Park(False), then by a draw alone
+        parking.park(True)
+        moved = {name: p.data_ptr() for name, (p, ptr, _) in before.items() if p.data_ptr() != ptr}
+        assert set(moved) == {name for name, (p, _, _) in before.items() if p.numel() * p.element_size() >= 4096}
+        assert moved and len(parking.parked) == len(moved)
+        back(False)
+        for session in (plain, parking):
+            session.draw(seed)
+        assert not parking.parked
+        for name, p in model.named_parameters():
+            assert p is before[name][0] and torch.equal(p, before[name][2]) and p.device.type == "cpu"
+            assert name not in moved or p.data_ptr() != moved[name]  # (a copy back, not the host one kept)
+            before[name] = (p, p.data_ptr(), before[name][2])
+        a, b = plain.kept.pop(seed), parking.kept.pop(seed)
+        assert torch.equal(a.expected, b.expected) and torch.equal(a.expected64, b.expected64)
 
 
 def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_parameters_parked(fast, tmp_path,
@@ -809,5 +814,5 @@ def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_
     worker_changes = [(n, how) for n, (role, op, how) in enumerate(trace) if role == "worker"]
     assert {how for _, how in worker_changes} == {"in-place", "replace", "state-dict"}, trace
     for n, how in worker_changes:
-        bracketed = trace[n - 1] == ("referee", "park", True) and trace[n + 1] == ("referee", "park", False)
+        bracketed = trace[n - 1] == ("referee", "park", True) and trace[n + 1:n + 2] == [("referee", "park", False)]
         assert bracketed == (how != "in-place"), (how, trace[n - 1:n + 2])

@@ -51,7 +51,7 @@ class Precisions:
         # (module, name, tensor); None: the native ones are in place
         self.put_aside: dict[str, list[tuple[torch.nn.Module, str, torch.Tensor]]] | None = None
         # the float64 runs' own plain tensor attributes: copies of the model's as built, as a float64 copy made then has
-        self.float64_attributes = [(m, name, t.clone()) for m, name, t in _tensor_attributes(model)] \
+        self.float64_attributes = [(m, name, t.clone()) for m, name, t in tensor_attributes(model)] \
             if self.one_at_a_time else []
         self.failed: str | None = None  # why the model cannot be had in float64 (its float64 copy raised)
 
@@ -65,7 +65,7 @@ class Precisions:
         """The model at its own precision (its native buffers and attributes put back where the float64 run's
         were in place)."""
         if self.put_aside is not None:
-            self.float64_attributes = _tensor_attributes(self.model)
+            self.float64_attributes = tensor_attributes(self.model)
             for module, name, value in self.put_aside["buffers"]:
                 module._buffers[name] = value
             for module, name, value in self.put_aside["attributes"]:
@@ -102,7 +102,7 @@ class Precisions:
         model = self.model
         shared = {p.untyped_storage().data_ptr() for p in model.parameters()}
         entries = [(m._buffers, name, b) for m, name, b in _buffers(model)]
-        entries += [(m.__dict__, name, t) for m, name, t in _tensor_attributes(model)]
+        entries += [(m.__dict__, name, t) for m, name, t in tensor_attributes(model)]
         kept = [(holder, name, value, value.clone(), _version(value)) for holder, name, value in entries
                 if value.untyped_storage().data_ptr() not in shared]
         try:
@@ -139,7 +139,7 @@ class Precisions:
 
     def _to_float64_state(self) -> None:
         """The float64 runs' buffers (upcast from the native ones; others copied) and attributes in place."""
-        self.put_aside = {"buffers": _buffers(self.model), "attributes": _tensor_attributes(self.model)}
+        self.put_aside = {"buffers": _buffers(self.model), "attributes": tensor_attributes(self.model)}
         for module, name, value in self.float64_attributes:
             module.__dict__[name] = value
         with torch.no_grad():
@@ -159,7 +159,7 @@ def _buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.T
     return [(m, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
 
 
-def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+def tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
     """The tensors a model's modules hold as plain attributes (not parameters or buffers)."""
     return [(m, name, value) for m in model.modules() for name, value in vars(m).items()
             if isinstance(value, torch.Tensor)]

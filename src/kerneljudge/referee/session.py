@@ -8,6 +8,7 @@ candidate is the data the judge relays (output bytes and the facts the worker re
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -20,7 +21,7 @@ from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
 from kerneljudge.referee import compare
 from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
-from kerneljudge.referee.precision import Precisions
+from kerneljudge.referee.precision import Precisions, tensor_attributes
 
 KERNELBENCH_SEED = 42
 # The float64 run's freed blocks, and the parameters' blocks freed by a change of precision, go back to the device
@@ -36,7 +37,8 @@ UNCOPIED_FROM_BYTES = 256 << 20
 # memory on a GPU: only a comparison whose candidate misses the truth reads it, a block at a time, where it held a
 # third output on the device beside the truth and the worker's output (level1/54's 1 GiB output: 3.15x its footprint)
 NATIVE_IN_HOST_FROM_BYTES = 256 << 20
-# Parameters this large, on a device of these types, wait in host memory while the worker replaces ModelNew's own
+# Parameters this large (their memory), on a device of these types, wait in host memory while the worker replaces
+# ModelNew's own
 # (`park`): the worker holds the new copy of an entry beside the old one then, and with the referee's, the judge held
 # a single-weight model's parameters three times (level2/56's 4 GiB weight)
 PARKED_FROM_BYTES = 16 << 20
@@ -97,6 +99,7 @@ class RefereeSession:
 
     def native(self) -> torch.nn.Module:
         """The reference at its own precision: for its outputs, its timing, and every change of its entries."""
+        self._unpark()
         if self.reference.converted:
             self.reference.native()
             self._release()
@@ -105,6 +108,7 @@ class RefereeSession:
     def float64(self) -> Callable[..., Any] | None:
         """The reference in float64 (called as a model is), or None where it cannot be (the plan gives up,
         saying why)."""
+        self._unpark()
         converted = self.reference.converted
         model64 = self.reference.float64()
         if model64 is None:
@@ -218,21 +222,35 @@ class RefereeSession:
         return names
 
     def park(self, parked: bool) -> None:
-        """The reference's parameters of PARKED_FROM_BYTES or more on a PARKED_DEVICES device into pinned host memory
-        (`parked`), each object keeping its identity and values, or back where they were. Not moved: a parameter
-        sharing its memory with another (moved apart, they would no longer be tied)."""
+        """The reference's parameters of PARKED_FROM_BYTES or more on a PARKED_DEVICES device into host memory
+        (`parked`), each object keeping its identity and values, their device memory given back to the device (the
+        worker's to use, not this process's cache), or back where they were (as any use of the model does first:
+        `native`, `float64`). Not moved: a parameter whose memory another entry or attribute shares (moved apart,
+        they would no longer be tied); where host memory runs short, the rest (pageable memory: pinned blocks
+        are kept by torch for the process's life, rounded up to a power of two)."""
         if not parked:
-            for parameter, device in self.parked:
-                parameter.data = parameter.data.to(device)
-            self.parked = []
+            self._unpark()
             return
-        parameters = list(self.native().parameters())
-        memories = [p.untyped_storage().data_ptr() for p in parameters]
-        for parameter, memory_at in zip(parameters, memories):
-            if parameter.device.type in PARKED_DEVICES and memories.count(memory_at) == 1 and \
-                    parameter.numel() * parameter.element_size() >= PARKED_FROM_BYTES:
-                self.parked.append((parameter, parameter.device))
-                parameter.data = _pinned_copy(parameter.data)
+        model = self.native()
+        shared = Counter(t.untyped_storage().data_ptr() for t in (*model.state_dict(keep_vars=True).values(),
+                                                                  *(v for _, _, v in tensor_attributes(model))))
+        try:
+            for parameter in model.parameters():
+                memory_at = parameter.untyped_storage()
+                if parameter.device.type in PARKED_DEVICES and shared[memory_at.data_ptr()] == 1 and \
+                        memory_at.nbytes() >= PARKED_FROM_BYTES:
+                    host = parameter.data.to("cpu", copy=True)
+                    self.parked.append((parameter, parameter.device))
+                    parameter.data = host
+        except RuntimeError:  # (torch's error for a failed host allocation: the rest stay where they are)
+            pass
+        if self.parked and self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _unpark(self) -> None:
+        for parameter, device in self.parked:
+            parameter.data = parameter.data.to(device, copy=True)
+        self.parked = []
 
     def perturb(self, seed: int, names: list[str] | None, replace: bool) -> list[str]:
         """The probes' change of the reference's entries (proc/perturb.py; the worker makes the same)."""

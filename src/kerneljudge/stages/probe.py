@@ -12,7 +12,7 @@ is no better than silence (README: what the judge trusts).
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -278,15 +278,19 @@ def probe_ranges(j: Judging) -> list[Finding]:
 @contextmanager
 def _referee_parked(j: Judging, parked: bool) -> Iterator[None]:
     """Around a change the worker makes by new objects (`parked`): the referee's large parameters wait in host
-    memory meanwhile (protocol.Park), back on its device after, whatever happened."""
+    memory meanwhile (protocol.Park), back on its device after (the referee also brings them back itself before
+    any use of its model: a failure here never leaves them parked)."""
     if not parked:
         yield
         return
-    j.take(j.referee.call(protocol.Park(True)), STAGE)
     try:
+        j.take(j.referee.call(protocol.Park(True)), STAGE)
         yield
-    finally:
-        j.take(j.referee.call(protocol.Park(False)), STAGE)
+    except BaseException:
+        with suppress(Exception):  # the error under way is the one to report
+            j.referee.call(protocol.Park(False))
+        raise
+    j.take(j.referee.call(protocol.Park(False)), STAGE)
 
 
 def _set_range(j: Judging, transform: dict | None) -> None:

@@ -294,10 +294,13 @@ class Worker:
         if held.failure:
             return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         session = self.session
-        return self._write_state(perturbation(session.reference_values(held.value), session.reference_parameters,
-                                              request.seed, request.names, replace=request.how == "replace",
-                                              device=self.device, copy=request.how != "in-place"),
-                                 request.how, held.value, fresh=True)
+        reply = self._write_state(perturbation(session.reference_values(held.value), session.reference_parameters,
+                                               request.seed, request.names, replace=request.how == "replace",
+                                               device=self.device, copy=request.how != "in-place"),
+                                  request.how, held.value, fresh=True)
+        if request.how != "in-place" and self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the old copies' blocks to the device: the referee takes its parameters back
+        return reply
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         """The referee's range move of a state entry (or its undoing), made alike here, in place."""
