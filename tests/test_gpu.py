@@ -106,6 +106,12 @@ def test_outputs_through_host_memory_give_the_same_verdict(on_gpu):
         [(f.code, f.message) for f in result.findings]
 
 
+def _fails_as_wrong(problem, wrong, options) -> None:
+    """The wrong candidate (1e-2 off everywhere) is `wrong-output`, nothing else."""
+    failed = api.evaluate(problem, wrong, options, check={"trials": 2}, probes=False)
+    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+
+
 def _problem_honest_and_wrong(folder, template: str):
     """The problem written from `template` (its `{change}` empty), the reference renamed `ModelNew`, and the same
     with 1e-2 added to its output."""
@@ -155,8 +161,7 @@ def test_a_large_output_is_compared_where_the_worker_holds_it(on_gpu, tmp_path):
     print(f"referee peaks {peaks}, judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs")
     assert all(peak < 2.75 for peak in peaks.values()), peaks
     assert memory["judge_peak_bytes"] / output_bytes < 2.5, memory
-    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
-    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+    _fails_as_wrong(problem, wrong, on_gpu)
 
 
 TF32_CONVOLUTION = """
@@ -198,8 +203,7 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     print(f"judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs, referee's stages "
           f"{ {stage: round(memory['stages'][stage]['referee'] / output_bytes, 2) for stage in ('check', 'probes')} }")
     assert memory["judge_peak_bytes"] / output_bytes < 2.8, memory
-    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
-    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+    _fails_as_wrong(problem, wrong, on_gpu)
 
 
 WIDE_LINEAR = """
@@ -243,8 +247,7 @@ def test_a_parameter_heavy_reference_is_held_twice_by_the_judge(on_gpu, tmp_path
           f"{ {s: {p: round(v / parameters, 2) for p, v in d.items()} for s, d in memory['stages'].items()} }")
     assert memory["reference"]["float64"] != "native", memory["reference"]
     assert memory["judge_peak_bytes"] / parameters < 2.3, memory
-    failed = api.evaluate(problem, wrong, on_gpu, check={"trials": 2}, probes=False)
-    assert outcome(failed) == ("fail", {"wrong-output"}), [(f.code, f.message) for f in failed.findings]
+    _fails_as_wrong(problem, wrong, on_gpu)
 
 
 def test_a_made_up_device_handle_does_not_open(on_gpu):
