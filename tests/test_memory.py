@@ -816,3 +816,48 @@ def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_
     for n, how in worker_changes:
         bracketed = trace[n - 1] == ("referee", "park", True) and trace[n + 1:n + 2] == [("referee", "park", False)]
         assert bracketed == (how != "in-place"), (how, trace[n - 1:n + 2])
+
+
+TIED_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encode, self.decode = nn.Linear(64, 64, bias=False), nn.Linear(64, 64, bias=False)
+        self.decode.weight = self.encode.weight  # one parameter under two names
+        self.other = nn.Linear(64, 64, bias=False)
+        self.seen = self.other.weight.detach().t()  # a plain attribute over the other's memory
+
+    def forward(self, x):
+        return self.decode(torch.tanh(self.encode(x))) + x @ self.seen
+
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_tied_parameter_is_parked_once_and_one_an_attribute_shares_stays(tmp_path, monkeypatch):
+    """RefereeSession.park: a parameter under two names is one object, moved once and tied still after; one whose
+    memory a plain attribute views stays on its device (moved, the attribute would keep the old memory)."""
+    from kerneljudge.referee import session as referee_session
+    from kerneljudge.worker.build import import_problem
+
+    path = tmp_path / "tied.py"
+    path.write_text(TIED_PROBLEM)
+    session = referee_session.RefereeSession.build(import_problem(str(path), TIED_PROBLEM, {}), torch.device("cpu"),
+                                                   7, 8, kernelbench=False)
+    monkeypatch.setattr(referee_session, "PARKED_DEVICES", ("cpu",))
+    monkeypatch.setattr(referee_session, "PARKED_FROM_BYTES", 1024)
+    model = session.native()
+    session.park(True)
+    assert [p for p, _ in session.parked] == [model.encode.weight] and model.decode.weight is model.encode.weight
+    session.park(False)
+    assert model.seen.untyped_storage().data_ptr() == model.other.weight.untyped_storage().data_ptr()

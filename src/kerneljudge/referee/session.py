@@ -38,9 +38,8 @@ UNCOPIED_FROM_BYTES = 256 << 20
 # third output on the device beside the truth and the worker's output (level1/54's 1 GiB output: 3.15x its footprint)
 NATIVE_IN_HOST_FROM_BYTES = 256 << 20
 # Parameters this large (their memory), on a device of these types, wait in host memory while the worker replaces
-# ModelNew's own
-# (`park`): the worker holds the new copy of an entry beside the old one then, and with the referee's, the judge held
-# a single-weight model's parameters three times (level2/56's 4 GiB weight)
+# ModelNew's own (`park`): the worker holds the new copy of an entry beside the old one then, and with the
+# referee's, the judge held a single-weight model's parameters three times (level2/56's 4 GiB weight)
 PARKED_FROM_BYTES = 16 << 20
 PARKED_DEVICES = ("cuda",)
 
@@ -232,8 +231,9 @@ class RefereeSession:
             self._unpark()
             return
         model = self.native()
-        shared = Counter(t.untyped_storage().data_ptr() for t in (*model.state_dict(keep_vars=True).values(),
-                                                                  *(v for _, _, v in tensor_attributes(model))))
+        held = {id(t): t for t in (*model.state_dict(keep_vars=True).values(),
+                                   *(v for _, _, v in tensor_attributes(model)))}  # (a tied one once)
+        shared = Counter(t.untyped_storage().data_ptr() for t in held.values())
         try:
             for parameter in model.parameters():
                 memory_at = parameter.untyped_storage()
