@@ -172,7 +172,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k("tests/test_upcast.py", "in_place"),),
              "a forward changing its parameter in place run in float64 on a copy the next operation never reads"),
     Mutation("probe-replace-unparked", "stages/probe.py",
-             '    with _referee_parked(j, how != "in-place"):', "    with _referee_parked(j, False):",
+             '    parked = how != "in-place"', "    parked = False",
              (_k("tests/test_memory.py", "new_objects"),),
              "the referee keeps its parameters on the device while the worker holds two copies of an entry"),
     Mutation("referee-parked-left", "referee/session.py",

@@ -12,9 +12,8 @@ is no better than silence (README: what the judge trusts).
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 from kerneljudge import protocol
 from kerneljudge.records import Finding
@@ -275,24 +274,6 @@ def probe_ranges(j: Judging) -> list[Finding]:
     return findings
 
 
-@contextmanager
-def _referee_parked(j: Judging, parked: bool) -> Iterator[None]:
-    """Around a change the worker makes by new objects (`parked`): the referee's large parameters wait in host
-    memory meanwhile (protocol.Park), back on its device after (the referee also brings them back itself before
-    any use of its model: a failure here never leaves them parked)."""
-    if not parked:
-        yield
-        return
-    try:
-        j.take(j.referee.call(protocol.Park(True)), STAGE)
-        yield
-    except BaseException:
-        with suppress(Exception):  # the error under way is the one to report
-            j.referee.call(protocol.Park(False))
-        raise
-    j.take(j.referee.call(protocol.Park(False)), STAGE)
-
-
 def _set_range(j: Judging, transform: dict | None) -> None:
     _made_alike(j, protocol.RangeSet(transform))
 
@@ -310,8 +291,15 @@ def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> boo
         return False
     ours = [float(v) for v in done.get("fingerprint", [])]  # the referee's own figures (a -inf entry sums to -inf)
     how = change.how if isinstance(change, protocol.Perturb) else "in-place"
-    with _referee_parked(j, how != "in-place"):
-        made = j.take(j.worker.call(change), STAGE)
+    # a change made by new objects holds an entry twice in the worker: the referee's large parameters wait in host
+    # memory meanwhile (protocol.Park; it brings them back itself before any use of its model, so a failure in
+    # between leaves nothing parked that matters)
+    parked = how != "in-place"
+    if parked:
+        j.take(j.referee.call(protocol.Park(True)), STAGE)
+    made = j.take(j.worker.call(change), STAGE)
+    if parked:
+        j.take(j.referee.call(protocol.Park(False)), STAGE)
     if fingerprints_agree(made, ours):
         return True
     j.info["parameter_changes_sent"] = j.info.get("parameter_changes_sent", 0) + 1
