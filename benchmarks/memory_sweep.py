@@ -110,6 +110,8 @@ def row(problem: Path, result, wall_s: float, overrides) -> dict:
     return {"problem": f"{problem.parent.name}/{problem.stem}", "verdict": result.verdict, "codes": errors,
             "message": message[:200], "judge_peak_bytes": memory.get("judge_peak_bytes"),
             "footprint_bytes": footprint, "ratio": memory.get("peak_over_footprint"),
+            "workspaces_bytes": memory.get("cublas_workspaces_bytes"),  # a fixed cost (proc/memory.py)
+            "ratio_less_workspaces": memory.get("peak_less_workspaces_over_footprint"),
             "sum_ratio": round(memory["processes_peak_sum_bytes"] / footprint, 2)  # as both peaks fell at once
             if footprint and memory.get("processes_peak_sum_bytes") else None,
             "float64": (memory.get("reference") or {}).get("float64"), "wall_s": round(wall_s, 1),
@@ -125,6 +127,14 @@ def _sum_ratio(entry: dict) -> str:
     if "sum_ratio" in entry:
         return "-" if entry["sum_ratio"] is None else str(entry["sum_ratio"])
     return "-" if entry.get("ratio") is None else str(entry["ratio"])
+
+
+def _less_workspaces(entry: dict) -> str:
+    """The peak less the processes' cuBLAS workspaces over the footprint, and the workspaces in MiB (rows
+    from before the twenty-third session have neither)."""
+    if entry.get("ratio_less_workspaces") is None:
+        return "-"
+    return f"{entry['ratio_less_workspaces']} ({(entry.get('workspaces_bytes') or 0) / 2**20:.0f} MiB)"
 
 
 def load_state(path: Path) -> tuple[dict[str, dict], set[str]]:
@@ -178,6 +188,7 @@ def write_doc() -> None:
         passed = sum(r["verdict"] == "pass" for r in rows)
         ratios = [r["ratio"] for r in rows if "sum_ratio" in r and isinstance(r.get("ratio"), (int, float))]
         sums = [float(s) for s in map(_sum_ratio, rows) if s != "-"]
+        above = [r for r in rows if "sum_ratio" in r and isinstance(r.get("ratio"), (int, float)) and r["ratio"] > 3]
         label = {"cuda": "GPU (an H200; an H100 since the eighteenth session), full sizes", "cpu-small": "CPU, small sizes (a sample per level)"}.get(mode, mode)
         total = sum(len(list((KERNELBENCH / f"level{level}").glob("*.py"))) for level in (1, 2, 3))
         note = {"cuda": [f"Swept so far: {len(rows)} of the {total} problems of levels 1-3, in device calls of 10 "
@@ -250,17 +261,20 @@ def write_doc() -> None:
         lines += [f"## {label}", ""] + note + [ f"{passed} of {len(rows)} pass" + (f"; {len(killed)} killed (did not finish "
                   "within a device call): " + ", ".join(sorted(killed)) if killed else "")
                   + (f"; peak / footprint ({len(ratios)} rows measured request by request): median "
-                     f"{sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}" if ratios else "")
+                     f"{sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}, {len(above)} above 3x" if ratios else "")
+                  + (f" ({sum(r['ratio_less_workspaces'] <= 3 for r in above)} of them at or under 3x less the "
+                     "processes' cuBLAS workspaces)" if any(r.get("ratio_less_workspaces") is not None for r in above) else "")
                   + (f"; sum / footprint: median {sorted(sums)[len(sums) // 2]:.2f}, max {max(sums):.2f}" if sums else "")
                   + ".", "",
-                  "| problem | verdict | judge peak GB | footprint GB | peak / footprint | sum / footprint | float64 | "
-                  "wall s | sizes | why not pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| problem | verdict | judge peak GB | footprint GB | peak / footprint | less cuBLAS workspaces | "
+                  "sum / footprint | float64 | wall s | sizes | why not pass |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in sorted(rows, key=_order):
             why = "" if r["verdict"] == "pass" else f"{', '.join(r['codes'])}: {r['message']}".replace("|", "/")
             concurrent = "sum_ratio" in r and r["ratio"] is not None  # else the row measured only the sum
             lines.append(f"| {r['problem']} | {r['verdict']} | {gb(r['judge_peak_bytes']) if concurrent else '-'} "
                          f"| {gb(r['footprint_bytes'])} "
-                         f"| {r['ratio'] if concurrent else '-'} | {_sum_ratio(r)} "
+                         f"| {r['ratio'] if concurrent else '-'} | {_less_workspaces(r)} | {_sum_ratio(r)} "
                          f"| {r['float64'] or '-'} | {r['wall_s']}{'*' if r.get('side_by_side') else ''} | "
                          f"{r['sizes'] or 'full'} | {why[:160]} |")
         lines.append("")

@@ -95,6 +95,26 @@ def test_shipped_cuda_solution_passes_strict_with_timing(on_gpu):
     assert result.protocol == "strict" and all(t.passed for t in result.trials)
     assert "timing-tampering" not in codes(result) and result.timing["candidate"]["median_ms"] > 0
     assert result.memory["outputs_cross"] == "cuda-ipc"  # the 64 MiB outputs as handles (proc/deviceshare)
+    # the Gemm's cuBLAS workspaces in both processes: named, within the peak, taken off it in the second ratio
+    memory = result.memory
+    assert 0 < memory["cublas_workspaces_bytes"] < memory["judge_peak_bytes"], memory
+    assert memory["peak_less_workspaces_over_footprint"] < memory["peak_over_footprint"], memory
+
+
+def test_the_cublas_workspaces_are_what_clearing_them_gives_back():
+    """proc/memory.cublas_workspaces_bytes: one workspace per stream that multiplied matrices, each kept until
+    asked for (then let go: a second asking finds none, the next product makes one again)."""
+    from kerneljudge.proc import memory
+    device = torch.device("cuda")
+    a = torch.randn(64, 64, device=device)
+    memory.cublas_workspaces_bytes(device)  # none left from before
+    (a @ a).sum().item()
+    one = memory.cublas_workspaces_bytes(device)
+    assert one >= 2**20 and memory.cublas_workspaces_bytes(device) == 0, one
+    (a @ a).sum().item()
+    with torch.cuda.stream(torch.cuda.Stream()):
+        (a @ a).sum().item()
+    assert memory.cublas_workspaces_bytes(device) >= 2 * one
 
 
 def test_outputs_through_host_memory_give_the_same_verdict(on_gpu):

@@ -21,6 +21,8 @@ from conftest import codes
 
 from kerneljudge import api, isolation
 from kerneljudge.memtally import MemoryTally
+from kerneljudge.report import memory_line
+from kerneljudge.stages import memory as memory_stage
 
 KERNELBENCH = Path(__file__).parents[2] / "shared" / "kernelbench"
 needs_kernelbench = pytest.mark.skipif(not (KERNELBENCH / "level1").is_dir(),
@@ -381,6 +383,24 @@ def test_the_judges_peak_is_each_processs_peak_beside_what_the_other_holds_then(
     for malformed in ("many", figures(-1, 0), figures(1e12, 0), figures(10**12, 0, device="cpu"), None):
         request(tally, "worker", malformed)  # a worker's claim that is not a byte count of this device: ignored
     assert tally.peak_bytes({}) == 56 and tally.roles() == {"referee", "worker"}
+
+
+def test_the_cublas_workspaces_are_named_and_taken_off_the_peak_as_a_fixed_cost():
+    """On a GPU each process's cuBLAS workspaces (kept for its life, whatever the problem's size) are summed, the
+    worker's claim within its own peak, and the peak less them is given over the footprint; the report names
+    them where the problem is too small for its ratio to mean anything; a CPU's block has neither."""
+    mib = 2**20
+    block = {"footprint": {"total_bytes": 10 * mib}, "referee": {"cuda_peak_bytes": 90 * mib,
+             "cublas_workspaces_bytes": 64 * mib}, "worker": {"cuda_peak_bytes": 50 * mib,
+             "cublas_workspaces_bytes": 10**15}}  # a claim beyond its own peak counts as that peak
+    ratios = memory_stage._ratios(block, None, "cuda")
+    assert ratios["judge_peak_bytes"] == 140 * mib and ratios["peak_over_footprint"] == 14.0
+    assert ratios["cublas_workspaces_bytes"] == 114 * mib and ratios["peak_less_workspaces_over_footprint"] == 2.6
+    assert "cuBLAS workspaces" in memory_line({**block, **ratios})
+    assert "120 MB of it cuBLAS workspaces" in memory_line({**block, **ratios})
+    cpu = memory_stage._ratios({"footprint": {"total_bytes": mib}, "referee": {"rss_peak_bytes": 3 * mib}}, None, "cpu")
+    assert "cublas_workspaces_bytes" not in cpu and "peak_less_workspaces_over_footprint" not in cpu
+    assert "cuBLAS" not in memory_line({"judge_peak_bytes": 3 * mib, "footprint": {"total_bytes": mib}, **cpu})
 
 
 @needs_kernelbench

@@ -169,7 +169,9 @@ def memory_line(memory: dict) -> str:
     if footprint and ratio is not None and footprint >= SMALL_FOOTPRINT_BYTES:
         against = f" ({ratio:.3g}x the problem's {_size(footprint)}; {memory.get('judge_peak_measured')})"
     elif footprint:  # a tiny problem: the processes' own working memory is all the peak says
-        against = f" (the problem's {_size(footprint)}: the peak is the processes' own working memory)"
+        workspaces = memory.get("cublas_workspaces_bytes")
+        against = (f" (the problem's {_size(footprint)}: the peak is the processes' own working memory"
+                   + (f", {_size(workspaces)} of it cuBLAS workspaces" if workspaces else "") + ")")
     else:
         against = ""
     return (f"memory: judge peak {_size(memory['judge_peak_bytes'])}" + against

@@ -148,12 +148,28 @@ def measured(device: torch.device, answer: Callable[[], tuple[dict[str, Any], li
 
 
 def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:
-    """This process's peaks so far."""
+    """This process's peaks so far (and on a GPU, its cuBLAS workspaces: asked for last, they are let go)."""
     data: dict[str, Any] = {"rss_peak_bytes": _fold(torch.device("cpu"))[0]["process"],
                             "rss_baseline_bytes": baseline_rss_bytes}
     if device.type == "cuda":
         data["cuda_peak_bytes"] = _fold(device)[0]["process"]
+        data["cublas_workspaces_bytes"] = cublas_workspaces_bytes(device)
     return data
+
+
+def cublas_workspaces_bytes(device: torch.device) -> int:
+    """The cuBLAS workspaces this process holds on a GPU: torch makes one per cuBLAS handle and stream at the
+    stream's first matrix product (32 MiB each on a Hopper GPU by default) through the caching allocator and
+    keeps it for the process's life, so it is in every peak from then on, whatever the problem's size: a fixed
+    cost the memory block names (stages/memory.py). Measured by letting them go (torch makes them again at
+    the next product)."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if device.type != "cuda" or clear is None:
+        return 0
+    torch.cuda.synchronize(device)
+    before = held_bytes(device)
+    clear()
+    return max(0, before - held_bytes(device))
 
 
 def tensor_bytes(values) -> int:

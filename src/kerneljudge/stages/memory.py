@@ -91,7 +91,10 @@ def mark_stage(j: Judging, block: dict[str, Any], stage: str) -> None:
 def _ratios(block: dict[str, Any], tally: MemoryTally | None, device: str) -> dict[str, Any]:
     """The judge's peak and its multiple of the footprint: both processes' memory at once, request by request
     (memtally.py: on a GPU the allocators' peaks, on a CPU the resident sets above their baselines), and
-    beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once). The
+    beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once). On a GPU
+    also the processes' cuBLAS workspaces, a fixed cost (proc/memory.cublas_workspaces_bytes), and the peak
+    less them over the footprint: what the problem's size costs, the multiple a small problem is judged by
+    (its workspaces made after the peak would be taken off too: the figure is a lower bound then). The
     worker's figures are claims: numbers below memtally.MAX_BYTES, a missing one counted as 0."""
     footprint = (block.get("footprint") or {}).get("total_bytes")
     processes = {p: block[p] for p in ("referee", "worker") if p in block}
@@ -116,8 +119,13 @@ def _ratios(block: dict[str, Any], tally: MemoryTally | None, device: str) -> di
                     f"request's peak is its process's peak so far: an upper bound; {what})")
     else:
         peak, measured = summed, f"the sum of each process's peak ({what})"
-    return {"judge_peak_bytes": peak, "judge_peak_measured": measured, "processes_peak_sum_bytes": summed,
-            "peak_over_footprint": round(peak / footprint, 2) if footprint else None}
+    ratios = {"judge_peak_bytes": peak, "judge_peak_measured": measured, "processes_peak_sum_bytes": summed,
+              "peak_over_footprint": round(peak / footprint, 2) if footprint else None}
+    if on_gpu:  # each process's workspaces, within its own peak (the worker's figure is a claim)
+        fixed = sum(min(figure(p, "cublas_workspaces_bytes"), figure(p, "cuda_peak_bytes")) for p in processes.values())
+        ratios.update(cublas_workspaces_bytes=fixed, peak_less_workspaces_over_footprint=round(
+            max(0, peak - fixed) / footprint, 2) if footprint else None)
+    return ratios
 
 
 @contextmanager
