@@ -395,6 +395,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("worker-guard-silent", "worker/server.py",
              "        if tampered:\n", "        if False:\n",
              (_k(INTEGRITY, "tampering_at_import"),)),
+    Mutation("guard-standard-library-unwatched", "worker/guard.py",
+             '            [(module.__name__, module) for module in _standard_modules_used()]',
+             '            []', (_k(INTEGRITY, "work_done_late"),), "work done where the worker copies an output"),
+    Mutation("guard-hooks-unseen", "worker/guard.py",
+             "        return sorted(changed | self.audited | self._hooked())",
+             "        return sorted(changed)", (_k(INTEGRITY, "hook_that_runs_code"),)),
     # --- isolation: the limits and the channel -----------------------------------------------------------
     # (the memory limit is left unmutated: without it the test's candidate would take the machine's memory)
     # --- the sandbox (issue 13) -------------------------------------------------------------------------

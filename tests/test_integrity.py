@@ -261,6 +261,32 @@ def test_tampering_deeper_than_names(fast, name, says):
     assert any(says in m for m in messages(result, "tampering"))
 
 
+def test_work_done_late_where_the_worker_copies_the_output_is_tampering(fast):
+    """The product runs in a patched `ctypes.string_at`, where the worker copied the output's bytes: outside the
+    timed call, and right for every output the judge reads (a 20x speedup on the CPU before the standard
+    library's modules the worker uses were watched whole)."""
+    result = judge(fast, "defer_ctypes", timing=SHORT_TIMING)
+    assert result.verdict == "fail" and result.timing is None, result.findings
+    assert_caught(result, "tampering")
+    assert "ctypes.string_at" in messages(result, "tampering")[0]
+
+
+@pytest.mark.parametrize("hook,says", [
+    ("audit", "sys.addaudithook"), ("profile", "sys.setprofile"), ("mode", "torch function or dispatch mode"),
+    ("kernel", "aten::clone's kernels"), ("method", "torch.Tensor.numpy")])
+def test_a_hook_that_runs_code_at_the_workers_later_calls_is_tampering(fast, tmp_path, hook, says):
+    """Each way to run code at a call the worker makes after the candidate's (an audit hook, a profile
+    function, a torch function mode or an aten kernel left set, a method shadowing torch's): `tampering`, the
+    candidate's own forward honest."""
+    source = (INTEGRITY / "hook_left_set.py").read_text().replace('HOOK = "audit"', f'HOOK = "{hook}"')
+    candidate = tmp_path / f"hook_{hook}.py"
+    candidate.write_text(source)
+    result = api.evaluate(SEED, candidate, fast)
+    assert result.verdict == "fail", result.findings
+    assert_caught(result, "tampering")
+    assert any(says in m for m in messages(result, "tampering")), messages(result, "tampering")
+
+
 def test_forged_replies_on_the_result_channel(fast):
     # every request carries a fresh nonce that its reply must echo: a message written by the candidate
     # into the channel is seen as what it is, and the run stops there

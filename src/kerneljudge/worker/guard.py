@@ -4,13 +4,24 @@
 to the clocks and synchronisation functions the judge measures with, and a snapshot of the attributes
 a candidate could patch (time, torch, torch.cuda, the judge's own modules). `tampered()` lists what
 changed since, so a patched clock is a failing finding instead of a fake speedup.
+
+Whatever the worker runs after a timed call to hand its output over is a place a candidate could do the
+call's work late, outside the timed interval (a patched `ctypes.string_at` did the product when the worker
+copied the output's bytes: a 20x speedup on the CPU, red-team trial of the twenty-third session). So the
+standard-library modules the judge's own modules use are watched whole (every callable, a Python function's
+code too: setting one's `__code__` is an audit event), as are torch.Tensor's methods (new ones too: they would
+shadow torch._C.TensorBase's), the dispatcher's kernels for the operations that copy an output,
+and every way to run code at any call: a profile or trace function, a torch function or dispatch mode left
+entered, an audit hook added (seen by the guard's own hook, added first: one can't be removed).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,6 +44,13 @@ WATCHED = (
     ("torch.profiler", "profile"), ("torch", "autograd.profiler.profile"),
 )
 
+#: Names a program replaces by design (hooks, warnings' printers, the interpreter's last value): not watched
+#: where a module is watched whole.
+REPLACEABLE = re.compile(r"hook$|^showwarning$|^formatwarning$|^_$")
+#: The dispatcher's operations the worker's hand-over of an output goes through (proc/tensorwire.py): a
+#: kernel registered for one of them after the guard bound (torch.library) is `tampering`.
+COPY_OPS = ("aten::copy_", "aten::clone", "aten::detach", "aten::view", "aten::_reshape_alias", "aten::_to_copy")
+
 
 def _lookup(module_name: str, dotted: str):
     obj = sys.modules.get(module_name)
@@ -49,9 +67,20 @@ class Guard:
 
     clock_ns: Callable[[], int]
     wall_ms: Callable[[], float]
-    snapshot: dict[tuple[str, str], object] = field(default_factory=dict)
-    code: dict[tuple[str, str], object] = field(default_factory=dict)  # each watched function's code object
+    snapshot: dict[tuple[str, str], object] = field(default_factory=dict)  # WATCHED, looked up by name
+    # every callable of the watched namespaces (the judge's modules, the standard library's it uses,
+    # torch.Tensor): (the namespace's live dict, attribute, bound object, name), compared by identity
+    owned: list[tuple] = field(default_factory=list)
+    functions: dict[int, str] = field(default_factory=dict)  # the watched Python functions (held: ids stay theirs)
+    tensor_names: frozenset = frozenset()  # torch.Tensor's own attributes (a new one shadows torch._C.TensorBase's)
     bound_clocks: tuple = ()
+    # the hooks set when the guard bound (none, unless a coverage tool runs the worker), the torch mode stacks'
+    # depths then, the copying operations' kernels then
+    bound_hooks: tuple = ()
+    mode_depths: tuple = ()
+    kernels: dict[str, str] = field(default_factory=dict)
+    # what the guard's audit hook saw since: watched functions' code set, audit hooks added
+    audited: set[str] = field(default_factory=set)
 
     @classmethod
     def bind(cls) -> "Guard":
@@ -59,33 +88,79 @@ class Guard:
         guard = cls(clock_ns=perf_counter_ns, wall_ms=lambda: perf_counter_ns() / 1e6)
         guard.bound_clocks = (guard.clock_ns, guard.wall_ms)
         guard.refresh()
+        sys.addaudithook(guard._audit)
         return guard
 
+    def _audit(self, event: str, args: tuple) -> None:
+        """The interpreter's audit events (PEP 578): setting a function's `__code__` raises
+        "object.__setattr__", adding a hook "sys.addaudithook"; cheap for every other event."""
+        if event == "object.__setattr__":
+            if args[1] == "__code__" and id(args[0]) in self.functions:
+                self.audited.add(f"{self.functions[id(args[0])]}.__code__")
+        elif event == "sys.addaudithook":
+            self.audited.add("sys.addaudithook")
+
     def refresh(self) -> None:
-        """Snapshot what is importable now (call again after torch is imported, before the candidate)."""
+        """Snapshot what is importable now (torch and the judge's modules imported, the candidate not yet)."""
         for module_name, dotted in WATCHED:
             value = _lookup(module_name, dotted)
             if value is not None:
                 self.snapshot.setdefault((module_name, dotted), value)
-        for name, module in list(sys.modules.items()):
-            if name.startswith("kerneljudge") and module is not None:
-                for attr, value in list(vars(module).items()):
-                    if callable(value) and not attr.startswith("__"):
-                        self.snapshot.setdefault((name, attr), value)
-        for key, value in self.snapshot.items():
-            if key[0].startswith("kerneljudge") and hasattr(value, "__code__"):
-                self.code.setdefault(key, value.__code__)
+                if isinstance(value, types.FunctionType):
+                    self.functions[id(value)] = f"{module_name}.{dotted}"
+        namespaces = [(name, module) for name, module in list(sys.modules.items())
+                      if name.startswith("kerneljudge") and module is not None] + \
+            [(module.__name__, module) for module in _standard_modules_used()]
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            namespaces.append(("torch.Tensor", torch.Tensor))
+            self.tensor_names = frozenset(vars(torch.Tensor))
+            self.mode_depths = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+            self.kernels = {op: torch._C._dispatch_dump(op) for op in COPY_OPS}
+        for name, namespace in namespaces:
+            names = vars(namespace)
+            for attr, value in list(names.items()):
+                if callable(value) and not attr.startswith("__") and not REPLACEABLE.search(attr):
+                    self.owned.append((names, attr, value, f"{name}.{attr}"))
+                    if isinstance(value, types.FunctionType):
+                        self.functions.setdefault(id(value), f"{name}.{attr}")
+        self.bound_hooks = (sys.getprofile(), sys.gettrace())
 
     def tampered(self) -> list[str]:
-        """Watched names whose object changed since they were bound, judge functions whose code was
-        swapped in place (`f.__code__ = ...`), and the guard's own clocks replaced."""
+        """Watched names whose object changed since they were bound, watched functions whose code was
+        swapped in place (`f.__code__ = ...`), the guard's own clocks replaced, and the hooks of `_hooked`."""
         changed = {f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
                    if not _same(_lookup(module, dotted), value)}
-        changed.update(f"{module}.{dotted}.__code__" for (module, dotted), code in self.code.items()
-                       if getattr(self.snapshot[(module, dotted)], "__code__", code) is not code)
+        changed.update(name for names, attr, value, name in self.owned
+                       if names.get(attr) is not value and not _same(names.get(attr), value))
         if (self.clock_ns, self.wall_ms) != self.bound_clocks:
             changed.add("the judge's bound clock")
-        return sorted(changed)
+        return sorted(changed | self.audited | self._hooked())
+
+    def _hooked(self) -> set[str]:
+        """Ways to run code at calls the worker makes, set by candidate code since the guard bound."""
+        hooked = set()
+        if (sys.getprofile(), sys.gettrace()) != self.bound_hooks:
+            hooked.add("sys.setprofile/settrace (a function left set)")
+        torch = sys.modules.get("torch")
+        if torch is not None and self.kernels:
+            if (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()) != self.mode_depths:
+                hooked.add("a torch function or dispatch mode (left entered)")
+            hooked.update(f"{op}'s kernels" for op, dump in self.kernels.items() if torch._C._dispatch_dump(op) != dump)
+            hooked.update(f"torch.Tensor.{name}" for name in vars(torch.Tensor).keys() - self.tensor_names
+                          if not name.startswith("__"))
+        return hooked
+
+
+def _standard_modules_used() -> list[types.ModuleType]:
+    """The standard library's modules the judge's own modules hold (found from their globals), and builtins."""
+    found = {"builtins": sys.modules["builtins"]}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("kerneljudge") and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in sys.stdlib_module_names:
+                    found[value.__name__] = value
+    return list(found.values())
 
 
 def _same(current, bound) -> bool:
