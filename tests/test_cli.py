@@ -103,13 +103,14 @@ def test_eval_wrong_answers_fail_with_exit_1(kj):
 # --- 2. inputs that cannot be judged: exit 2, one clear finding each -------------------------------
 
 def test_eval_unjudgeable_candidates_exit_2(kj):
-    names = ["missing.py", "syntax_error.py", "import_error.py", "no_modelnew.py", "ctor_mismatch.py",
-             "forward_raises.py", "oom.py"]
+    names = ["missing.py", "syntax_error.py", "import_error.py", "no_modelnew.py", "modelnew_function.py",
+             "ctor_mismatch.py", "forward_raises.py", "oom.py"]
     expected = {
         "missing.py": ("candidate-invalid", ["no candidate file", "missing.py"]),
         "syntax_error.py": ("candidate-invalid", ["syntax_error.py", "line 6", "def forward(self, x)"]),
         "import_error.py": ("import-error", ["ModuleNotFoundError", "nonexistent_module", "import_error.py:2"]),
         "no_modelnew.py": ("missing-modelnew", ["ModelNew", "MyModel"]),
+        "modelnew_function.py": ("missing-modelnew", ["ModelNew as a function, not a class"]),
         "ctor_mismatch.py": ("constructor-error", ["ModelNew(*get_init_inputs())", "TypeError", "positional"]),
         "forward_raises.py": ("forward-error", ["ValueError", "kj-forward-boom", "forward_raises.py:12"]),
         "oom.py": ("out-of-memory", ["ran out of memory", "oom.py:12"]),
@@ -129,6 +130,16 @@ def test_eval_unjudgeable_candidates_exit_2(kj):
             assert needle in message, (name, needle, message)
         assert len(message) < 1500 and "Traceback" not in message, (name, message)
         assert failing[0]["fix"]
+
+
+def test_a_candidate_saved_with_a_byte_order_mark_and_crlf_is_judged_as_python_reads_it(kj, tmp_path):
+    """An editor's UTF-8 byte-order mark and Windows line ends: Python imports such a file, so the judge reads it
+    the same way (it was `candidate-invalid`: "invalid non-printable character U+FEFF")."""
+    candidate = tmp_path / "bom_crlf.py"
+    candidate.write_bytes(b"\xef\xbb\xbf" + (CORE / "correct.py").read_bytes().replace(b"\n", b"\r\n"))
+    rc, out, err = kj("eval", SEED, str(candidate), *NO_TIMING, "--json")
+    result = parse_json(out)
+    assert rc == 0 and result["verdict"] == "pass", (err, codes(result))
 
 
 def test_compile_error_shows_the_compiler_error_line(kj):

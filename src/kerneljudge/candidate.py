@@ -10,6 +10,7 @@ import ast
 import hashlib
 from pathlib import Path
 
+from kerneljudge import sourcefile
 from kerneljudge.errors import CandidateError
 from kerneljudge.records import Candidate
 
@@ -31,8 +32,8 @@ def load_candidate(path: str | Path) -> Candidate:
     if missing:
         raise CandidateError(missing)
     try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        source = sourcefile.read(path)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise CandidateError(f"cannot read candidate file {path}: {exc}") from exc
     try:
         tree = ast.parse(source, filename=str(path))

@@ -305,7 +305,7 @@ def problems_command(root: Path | None, problems_root: Path | None, as_json: boo
     rows = []
     for entry in suite.list_problems(suite.layout_root(root) if root else suite.SUITE_ROOT):
         try:
-            tree = sourcefile.parse(entry.path.read_text(), str(entry.path))
+            tree = sourcefile.parse(sourcefile.read(entry.path), str(entry.path))
             constants, presets = sourcefile.constants(tree), sorted(sourcefile.presets(tree))
         except (SyntaxError, OSError, UnicodeDecodeError) as exc:
             constants, presets = {"unreadable": str(exc)}, []

@@ -334,7 +334,10 @@ class WorkerProcess:
                               f"{self.cgroup.memory_bytes / 2**20:.0f} MiB)", stage=op)
         if code < 0:
             name = signal.Signals(-code).name
-            hint = {"SIGKILL": " (killed from outside, often by the system when memory runs out)",
+            in_cgroup = self.cgroup is not None  # which counted no out-of-memory kill (above)
+            hint = {"SIGKILL": " (not by the memory limit: its memory cgroup counted no out-of-memory kill; by candidate "
+                               "code or from outside the judge)" if in_cgroup else
+                               " (killed from outside, often by the system when memory runs out)",
                     "SIGSEGV": " (a segmentation fault: an invalid memory access in native code)",
                     "SIGABRT": " (abort: a failed assertion or a fatal error in native code)",
                     "SIGBUS": " (a bus error: a misaligned or unmapped memory access)"}.get(name, "")

@@ -133,7 +133,7 @@ def build_server(options: Options | None = None, pool: WorkerPool | None = None)
     def list_problems() -> ProblemList:
         rows = []
         for entry in suite.list_problems():
-            tree = sourcefile.parse(entry.path.read_text(), str(entry.path))
+            tree = sourcefile.parse(sourcefile.read(entry.path), str(entry.path))
             rows.append(ProblemSummary(name=entry.name, path=str(entry.path), constants=sourcefile.constants(tree),
                                        presets=sorted(sourcefile.presets(tree)),
                                        solutions=sorted(suite.shipped_solutions(entry.name))))

@@ -34,8 +34,8 @@ def load_problem(ref: str | Path, *, preset: str | None = None, overrides: tuple
     """
     path, name, builtin = _resolve(ref, problems_root)
     try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        source = sourcefile.read(path)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise ProblemError(f"cannot read problem file {path}: {exc}") from exc
     try:
         tree = sourcefile.parse(source, str(path))

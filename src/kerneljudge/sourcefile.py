@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import tokenize
+from pathlib import Path
 from typing import Any, Callable
 
 #: A constant's value: a number, a boolean, or a flat tuple/list of numbers.
@@ -31,6 +33,14 @@ MAX_ELEMENTS = 4096  # the longest tuple/list (`[1024] * 16`) the evaluator buil
 
 class NotConstant(Exception):
     """The expression is not one the evaluator computes: the name it assigns is not a constant."""
+
+
+def read(path: str | Path) -> str:
+    """A source file's text decoded as Python decodes it: a UTF-8 byte-order mark or a coding cookie honoured
+    (an editor's BOM made an honest candidate "not valid Python" for the judge while Python imported it). Raises
+    OSError, UnicodeDecodeError, or SyntaxError for an unknown coding cookie."""
+    with tokenize.open(path) as f:
+        return f.read()
 
 
 def parse(source: str, filename: str) -> ast.Module:

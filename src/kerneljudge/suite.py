@@ -94,7 +94,7 @@ def kernelbench_difference(name: str, path: Path) -> str | None:
     if name not in KERNELBENCH_DIFFERENCES:
         return None
     theirs, other = KERNELBENCH_DIFFERENCES[name]
-    ours = sourcefile.constants(sourcefile.parse(path.read_text(), str(path)))
+    ours = sourcefile.constants(sourcefile.parse(sourcefile.read(path), str(path)))
     sizes = ", ".join(f"{k}={v} (here {ours.get(k)})" for k, v in theirs.items())
     return f"KernelBench's file has {sizes}" + (f"; {other}" if other else "")
 

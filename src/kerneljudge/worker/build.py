@@ -173,7 +173,7 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
     if not changed:
         return {}, None
     try:
-        own = sourcefile.constants(sourcefile.parse(Path(path).read_text(), path))
+        own = sourcefile.constants(sourcefile.parse(sourcefile.read(path), path))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return {}, None  # the import reports it
     shared = {k: v for k, v in changed.items() if k in own and own[k] != v and type(own[k]) is type(v)}
@@ -211,7 +211,9 @@ def find_model_new(module: types.ModuleType, stage: str) -> tuple[type | None, F
     if not isinstance(model_new, type):
         defined = sorted(n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
         hint = f" (classes defined: {', '.join(defined)})" if defined else ""
-        return None, Finding.of("missing-modelnew", f"the candidate defines no class ModelNew{hint}", stage=stage)
+        what = "no class ModelNew" if model_new is None else \
+            f"ModelNew as a {type(model_new).__name__}, not a class (an nn.Module subclass)"
+        return None, Finding.of("missing-modelnew", f"the candidate defines {what}{hint}", stage=stage)
     return model_new, None
 
 
@@ -223,7 +225,7 @@ def _import(path: str, sha256: str, constants: dict | None = None
     sys.modules[name] = module
     try:
         if constants:  # the same lines with the constants rewritten: tracebacks and inspect still match the file
-            source = sourcefile.with_constants(Path(path).read_text(), constants, path)
+            source = sourcefile.with_constants(sourcefile.read(path), constants, path)
             exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the candidate runs in the worker
         else:
             spec.loader.exec_module(module)
