@@ -305,6 +305,15 @@ def test_skipping_work_when_it_sees_it_is_timed(fast):
     assert_caught(result, "timed-output-mismatch")
 
 
+def test_changing_its_inputs_only_while_timed_is_input_mutation(fast):
+    """Right outputs, computed in place in the input on the timed calls only: the check and the probes see an
+    honest candidate; a checked timed call's inputs, compared as it left them, do not."""
+    result = judge(fast, "mutate_when_timed", timing=CHECKED_TIMING)
+    assert all(t.passed for t in result.trials) and result.verdict == "fail", result.findings
+    assert_caught(result, "input-mutation")
+    assert messages(result, "input-mutation")[0].startswith("timed call ")
+
+
 # --- row 11: seeds --------------------------------------------------------------------------------------
 
 

@@ -111,9 +111,11 @@ class TimeBatch(Request):
 @request
 @dataclass(frozen=True)
 class ExportOutput(Request):
-    """The output of call `index` of the last batch, as blobs (taken when its batch finished)."""
+    """The output of call `index` of the last batch, as blobs (taken when its batch finished); `inputs`: its
+    input set too, as the call left it (inputs_after), for a check that the timed call did not change them."""
     op: ClassVar[str] = "export-output"
     index: int
+    inputs: bool = False
 
 
 @request
@@ -192,7 +194,7 @@ class Compare(Request):
     rule: str = "strict"
     keep: bool = False  # keep the expectation for another Compare of the same seed
     verdict_only: bool = False
-    held: bool = False  # the output HoldOutput kept for `index` (then `output` is empty)
+    held: bool = False  # the output HoldOutput kept for `index` (then `output` is empty), with its inputs if held
 
 
 @request
@@ -209,11 +211,13 @@ class HoldOutput(Request):
     """Copy a timed call's output (blobs) now and keep it for a later Compare of it (`held`): the comparison,
     and drawing the reference's output it needs, then run after the timing, outside its time alone on the
     device. Nothing is copied where the outputs held would pass `budget_bytes` in all, or a quarter of the
-    device's free memory. Reply: held (bool), or findings (a malformed output)."""
+    device's free memory. Reply: held (bool), or findings (a malformed output). `inputs_after`: the call's
+    inputs as it left them, held with it (copied too) for the Compare to check."""
     op: ClassVar[str] = "hold-output"
     index: int
     output: dict[str, Any]
     budget_bytes: int
+    inputs_after: list | None = None
 
 
 @request

@@ -127,12 +127,11 @@ def perturbation(state: dict[str, torch.Tensor], parameters: set[str], seed: int
         yield name, t
 
 
-def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None, *,
-         in_host: bool = False) -> list[str]:
-    """Put back the entries the previous range probe moved (kept in `originals`, in host memory where `in_host`:
-    a copy held while the probe's calls run, which on a GPU took a second footprint of level2/64's weight in
-    both processes; one no longer in `state`, as a ModelNew that dropped it, is let go of), then move
-    `transform`'s target if it is a state entry: the names of the entries that changed."""
+def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None) -> list[str]:
+    """Put back the entries the previous range probe moved (kept in `originals`, in host memory: a copy held
+    while the probe's calls run, which on a GPU took a second footprint of level2/64's weight in both processes;
+    one no longer in `state`, as a ModelNew that dropped it, is let go of), then move `transform`'s target if it
+    is a state entry: the names of the entries that changed."""
     names = [name for name in originals if name in state]
     with torch.no_grad():
         for name in list(originals):
@@ -141,7 +140,7 @@ def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], tra
                 state[name].copy_(original)
         if transform is not None and transform.target in state:
             entry = state[transform.target]
-            originals[transform.target] = entry.detach().to("cpu", copy=True) if in_host else entry.detach().clone()
+            originals[transform.target] = entry.detach().to("cpu", copy=True)
             entry.mul_(transform.scale).add_(transform.shift)
             names.append(transform.target)
     return names

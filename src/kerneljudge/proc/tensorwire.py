@@ -165,6 +165,11 @@ def output_bytes(meta: dict[str, Any]) -> int:
     return sum(_nbytes(*_dtype_shape(fact)) for fact in _output_facts(meta)[1])
 
 
+def values_bytes(meta: list) -> int:
+    """The bytes of the tensors among described values (each description checked as `unpack_values` does)."""
+    return sum(_nbytes(*_dtype_shape(m)) for m in _value_list(meta) if not _is_value(m))
+
+
 def _nbytes(dtype: torch.dtype, shape: list[int]) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
@@ -193,10 +198,11 @@ def unpack_tensor(meta: dict[str, Any], blobs: list, device: torch.device, share
     return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape).to(device)
 
 
-def unpack_values(meta: list, blobs: list, device: torch.device) -> list:
-    """The inverse of pack_values (values the worker is sent, in host memory or the channel); raises WireError
-    on anything that is not what it says."""
-    return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device) for m in _value_list(meta)]
+def unpack_values(meta: list, blobs: list, device: torch.device, shared: bool = False) -> list:
+    """The inverse of pack_values (values the worker is sent, in host memory or the channel; `shared`: the
+    referee's copies of values the worker shared, as `unpack_tensor`); raises WireError on anything that is not
+    what it says."""
+    return [_plain(m) if _is_value(m) else unpack_tensor(m, blobs, device, shared) for m in _value_list(meta)]
 
 
 @contextmanager

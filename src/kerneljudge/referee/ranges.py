@@ -100,9 +100,10 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     """The transforms to probe with (as JSON), chosen greedily by the curved range they add to what the
     default draw covers, and what the default draw and the chosen ones cover (bins per op site). Candidate
     transforms stop being tried once `budget_ms` has passed (a large model on a CPU). A state entry is moved
-    in place and put back from its copy (proc/perturb.move, as a range probe's move), so the referee holds the
-    model once, at its own precision, and one entry's copy (the plan ran on a float64 copy of the model once:
-    three footprints of a Gemm problem's parameters in the referee)."""
+    in place and put back from its copy in host memory (proc/perturb.move, as a range probe's move), so the
+    referee holds the model once on a GPU, at its own precision (the plan ran on a float64 copy of the model
+    once: three footprints of a Gemm problem's parameters in the referee; then beside a device copy of the moved
+    entry: 2.07 times a 1 GiB Linear's parameters, twenty-third session, the judge's peak with the worker's)."""
     base, base_rms = _covered(model, clone_args(args)) or ({}, 1.0)
     state = model.state_dict(keep_vars=True)
     originals: dict[str, torch.Tensor] = {}

@@ -65,7 +65,8 @@ class Referee:
         self.session: RefereeSession | None = None
         self.timed: TimedModel | None = None
         self.timed_eager = False  # whether `timed` times the reference eager (not under torch.compile)
-        self.held: dict[int, tuple[compare.Received, int]] = {}  # timed outputs kept for a later Compare, and bytes
+        # timed outputs kept for a later Compare: the output, its inputs as the call left them (or None), bytes
+        self.held: dict[int, tuple[compare.Received, list | None, int]] = {}
         self.handlers: dict[type, Callable[[Any, list], Reply]] = {
             protocol.Ping: self.ping, protocol.Setup: self.setup, protocol.MakeInputs: self.make_inputs,
             protocol.Compare: self.compare, protocol.HoldOutput: self.hold_output, protocol.TimeDone: self.time_done,
@@ -176,10 +177,14 @@ class Referee:
     def hold_output(self, request: protocol.HoldOutput, blobs: list) -> Reply:
         try:
             size = tensorwire.output_bytes(request.output)
-            held = sum(n for _, n in self.held.values())
+            if request.inputs_after is not None:
+                size += tensorwire.values_bytes(request.inputs_after)
+            held = sum(n for _, _, n in self.held.values())
             if held + size > request.budget_bytes or size > HOLD_FREE_FRACTION * memory.device_free_bytes(self.device):
                 return {"held": False}, []
-            self.held[request.index] = (self._received(request.output, blobs), size)
+            inputs = None if request.inputs_after is None else \
+                tensorwire.unpack_values(request.inputs_after, blobs, self.device, self.accepts_shared)
+            self.held[request.index] = (self._received(request.output, blobs), inputs, size)
         except torch.OutOfMemoryError:  # compared at once instead
             return {"held": False}, []
         except tensorwire.WireError as exc:
@@ -198,12 +203,17 @@ class Referee:
             raise ValueError(f"no inputs were drawn for seed {request.seed}")
         try:
             with contextlib.ExitStack() as stack:
-                received = self.held.pop(request.index)[0] if request.held else stack.enter_context(
-                    self._received_in_place(request.output, blobs))
-                if request.inputs_after is not None and kept.inputs is None:
+                if request.held:
+                    received, inputs_after, _ = self.held.pop(request.index)
+                else:
+                    received, inputs_after = stack.enter_context(self._received_in_place(request.output, blobs)), None
+                if (request.inputs_after is not None or inputs_after is not None) and kept.inputs is None:
                     raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
-                mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs,
-                                                                                   request.inputs_after, blobs)
+                if inputs_after is not None:  # held with the output (copies)
+                    mutated = not same_bits(kept.inputs, inputs_after)
+                else:
+                    mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs,
+                                                                                       request.inputs_after, blobs)
                 blobs.clear()  # the received bytes are unpacked into tensors: not held twice while comparing
                 return self._compared(request, kept, received, mutated)
         except tensorwire.WireError as exc:
@@ -214,8 +224,10 @@ class Referee:
         """The comparison `request` asks for of the candidate's output with the expectation `kept`."""
         findings: list[Finding] = []
         if mutated:
-            findings.append(Finding.of("input-mutation", f"trial {request.index}: the candidate's forward changed "
-                                       "its input tensors", stage="check", trial=request.index))
+            timed = request.rule == "timed"
+            findings.append(Finding.of("input-mutation", f"{'timed call' if timed else 'trial'} {request.index}: the "
+                                       "candidate's forward changed its input tensors", stage="timing" if timed else
+                                       "check", trial=request.index))
         if kept.expected is None and (request.atol, request.rtol) != self.session.tolerance:
             raise ValueError(f"the native output of seed {request.seed} was let go within the tolerance "
                              f"{self.session.tolerance}, not {(request.atol, request.rtol)}")

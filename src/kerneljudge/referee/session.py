@@ -216,7 +216,7 @@ class RefereeSession:
     def set_range(self, transform: Transform | None) -> list[str]:
         """Put back the entry the previous range probe changed, then change `transform`'s (if it is a state
         entry): the names of the entries that changed (the worker makes the same move: proc/perturb.py)."""
-        names = move(self.native().state_dict(keep_vars=True), self.range_originals, transform, in_host=True)
+        names = move(self.native().state_dict(keep_vars=True), self.range_originals, transform)
         self.reference.changed(names)
         return names
 

@@ -420,7 +420,8 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
     exported = _exported(j, i)
     if exported is None:
         return
-    held = j.take(j.referee.call(protocol.HoldOutput(i, exported["output"], HELD_BYTES_MAX), exported["_blobs"]), STAGE)
+    held = j.take(j.referee.call(protocol.HoldOutput(i, exported["output"], HELD_BYTES_MAX, exported.get("inputs_after")),
+                                 exported["_blobs"]), STAGE)
     if held.get("held") is True:
         j.held_checks.append(HeldCheck(i, seed, watched))
         return
@@ -430,9 +431,10 @@ def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
 
 
 def _exported(j: Judging, i: int) -> dict | None:
-    """Timed call `i`'s output from the worker, or None where a later call of its batch returned the same
-    memory (that fails as such)."""
-    exported = j.take(j.worker.call(protocol.ExportOutput(i)), STAGE)
+    """Timed call `i`'s output from the worker, and its inputs as the call left them (a candidate that changes
+    its inputs only while timed is `input-mutation` as in the check), or None where a later call of its batch
+    returned the same memory (that fails as such)."""
+    exported = j.take(j.worker.call(protocol.ExportOutput(i, inputs=True)), STAGE)
     if exported.get("reused") is True:
         _reused_while_timed(j, i)
         return None
@@ -457,9 +459,12 @@ def _mismatched(j: Judging) -> bool:
 def _compare_timed(j: Judging, check: HeldCheck, exported: dict | None) -> None:
     """One timed output compared (`exported`: the worker's reply; None: the one the referee holds)."""
     i, watched = check.index, check.watched
-    j.draw(check.seed, STAGE, timed=True)
+    j.draw(check.seed, STAGE, timed=True, keep_inputs=True)
     # (the worker keeps its timed outputs until the timing ends: a release would free nothing and cost a request)
-    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", verdict_only=True, release=False)
+    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", inputs=True, verdict_only=True,
+                                   release=False)
+    if not any(f.code == "input-mutation" for f in j.findings):
+        j.findings.extend(f for f in findings if f.code == "input-mutation")
     if not trial.passed:
         how = (" (its inputs were written in the caller's stream order just before it, after a wait: work that does "
                "not wait for the caller's stream read the old ones)") if watched else ""

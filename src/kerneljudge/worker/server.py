@@ -275,12 +275,7 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            share = self._export() if shares_inputs(args, called.value, session.reference_bytes) else None
-            data["inputs_after"], after_blobs = tensorwire.pack_values(args, share)
-            for meta in data["inputs_after"]:
-                if "blob" in meta:
-                    meta["blob"] += len(out_blobs)
-            out_blobs = out_blobs + after_blobs
+            out_blobs = self._with_inputs(data, out_blobs, args, called.value)
         if request.alias:
             data["aliases"] = output_aliases(called.value, args, session.candidate)
         session.output_sizes = [_bytes(t) for t in tensorwire.tensors_of(called.value)]
@@ -309,7 +304,7 @@ class Worker:
             return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         transform = Transform.from_json(request.transform) if request.transform else None
         values = self.session.reference_values(held.value)
-        names = move(values, self.session.range_originals, transform, in_host=True)
+        names = move(values, self.session.range_originals, transform)
         return self._write_state(((name, values[name]) for name in names), "in-place", held.value)
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
@@ -498,7 +493,20 @@ class Worker:
         reused = any(spans_overlap(storage_span(a), storage_span(b)) for a in tensorwire.tensors_of(out)
                      for other in later for b in tensorwire.tensors_of(other))
         output, out_blobs = tensorwire.describe_output(out, self._export())
-        return _reply([], blobs=out_blobs, output=output, reused=reused)
+        data: dict[str, Any] = {"output": output, "reused": reused}
+        if request.inputs:
+            out_blobs = self._with_inputs(data, out_blobs, self.timed.sets[request.index % len(self.timed.sets)], out)
+        return _reply([], blobs=out_blobs, **data)
+
+    def _with_inputs(self, data: dict[str, Any], out_blobs: list, args: list, out) -> list:
+        """A call's inputs as it left them into `data` (inputs_after), their blobs after the output's: shared
+        where small beside the problem (`shares_inputs`); the reply's blobs."""
+        share = self._export() if shares_inputs(args, out, self.session.reference_bytes) else None
+        data["inputs_after"], after_blobs = tensorwire.pack_values(args, share)
+        for meta in data["inputs_after"]:
+            if "blob" in meta:
+                meta["blob"] += len(out_blobs)
+        return out_blobs + after_blobs
 
 
 def _bytes(t) -> int:
