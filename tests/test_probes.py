@@ -109,7 +109,18 @@ def test_range_probes_honest_controls(fast, monkeypatch):
         result = judge(fast, "@pytorch", problem=problem)
         assert result.verdict == "pass" and not failing(result), explain(result)
         assert len(result.probes["ranges"]["probes"]) >= 2 and not result.probes["ranges"]["skipped"]
+    assert "input:0 +100" in result.probes["ranges"]["probes"]  # level1/23's softmax reads its input as it is
     assert sum(moved for moved, _ in sent) >= 4 and not any(blobs for _, blobs in sent), sent
+
+
+def test_a_softmax_that_overflows_where_the_reference_does_not_fails_on_its_input_shifted(fast):
+    """exp(x) / sum(exp(x)) passes every draw whose logits stay small; its own input shifted by +100 (which a
+    softmax takes in its stride) makes it NaN: `range-mismatch` naming that move. (The honest rewrite's pass with
+    the same move: test_range_probes_honest_controls.)"""
+    result = judge(fast, "softmax_unshifted", problem="level1/23")
+    assert all(t.passed for t in result.trials), explain(result)
+    assert result.verdict == "fail" and failing(result) == {"range-mismatch"}, explain(result)
+    assert "input:0 +100" in next(f.message for f in result.findings if f.code == "range-mismatch")
 
 
 def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fast):

@@ -7,9 +7,13 @@ Which inputs or parameters to move, and how, is found here generically, not per 
 (at its own precision: the candidate's, and a move that overflows it is no use) runs under a dispatch mode
 that records the argument of every nonlinear op, on the default draw and on each candidate transform (one
 input or one parameter scaled x0.1, x10, x100, sign-flipped, or shifted by +-1, +-3); the transforms that
-add most of the curved ranges not yet covered are chosen greedily. The tolerance of a range probe is
-relative to the output's magnitude (README: "Range probes and their tolerance"); where the reference itself
-overflows or is ill-conditioned the probe is skipped and says why.
+add most of the curved ranges not yet covered are chosen greedily. Where a softmax, log-softmax or logsumexp
+reads one of the inputs as it is, that input is also shifted by OVERFLOW_SHIFT, which those ops take in their
+stride (their logits relative to the maximum are the same) while a version that does not subtract the maximum
+overflows (exp(100) is past float32's range): the red-team trial of the twenty-third session passed a naive
+softmax, whose inputs the other moves kept under 10. The tolerance of a range probe is relative to the
+output's magnitude (README: "Range probes and their tolerance"); where the reference itself overflows or is
+ill-conditioned the probe is skipped and says why.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ CENTERED = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "log
 BINS = 16  # a curved range is covered bin by bin
 SCALES = (0.1, 10.0, 100.0, -1.0)
 SHIFTS = (-3.0, -1.0, 1.0, 3.0)
+OVERFLOW_SHIFT = 100.0  # an input a softmax-like op reads as it is: shifted by this (beside the MAX_PROBES)
 MAX_TENSORS = 8  # inputs and state entries tried (entries beyond it sampled with the secret seed)
 MAX_PROBES = 4
 MIN_PROBES = 2
@@ -47,18 +52,25 @@ FALLBACKS = (Transform(INPUTS, scale=-1.0), Transform(INPUTS, scale=10.0))
 
 
 class _Recorder(TorchDispatchMode):
-    """Which bins of each nonlinear op's curved range the arguments fell in, per op site (name, occurrence)."""
+    """Which bins of each nonlinear op's curved range the arguments fell in, per op site (name, occurrence), and
+    which of the call's inputs (`args`) a centered op read as they are (`centered_inputs`, by position)."""
 
-    def __init__(self):
+    def __init__(self, args: list):
         super().__init__()
         self.bins: dict[str, set[int]] = {}
         self.seen: dict[str, int] = {}
+        self.inputs = {(a.data_ptr(), tuple(a.shape), a.dtype): i for i, a in enumerate(args)
+                       if isinstance(a, torch.Tensor) and a.is_floating_point()}
+        self.centered_inputs: set[int] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name in CURVED and args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
             x = args[0].detach()
             if name in CENTERED:
+                read = self.inputs.get((x.data_ptr(), tuple(x.shape), x.dtype))
+                if read is not None:
+                    self.centered_inputs.add(read)
                 dims = args[1] if len(args) > 1 else -1
                 x = x - x.amax(dim=dims, keepdim=True)
             site = f"{name}#{self.seen.get(name, 0)}"
@@ -70,12 +82,15 @@ class _Recorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _covered(model: torch.nn.Module, args: list) -> tuple[dict[str, set[int]], float] | None:
+def _covered(model: torch.nn.Module, args: list, centered_inputs: set[int] | None = None
+             ) -> tuple[dict[str, set[int]], float] | None:
     """The bins the call covers per op site and the output's root mean square, or None when the output is
-    not finite (overflow)."""
-    recorder = _Recorder()
+    not finite (overflow); into `centered_inputs`, the inputs a centered op read as they are."""
+    recorder = _Recorder(args)
     with torch.inference_mode(), recorder:
         out = model(*args)
+    if centered_inputs is not None:
+        centered_inputs.update(recorder.centered_inputs)
     outs = [o for o in (as_tensors(out) or []) if o.is_floating_point()]
     if not all_finite(outs):
         return None
@@ -104,7 +119,8 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     referee holds the model once on a GPU, at its own precision (the plan ran on a float64 copy of the model
     once: three footprints of a Gemm problem's parameters in the referee; then beside a device copy of the moved
     entry: 2.07 times a 1 GiB Linear's parameters, twenty-third session, the judge's peak with the worker's)."""
-    base, base_rms = _covered(model, clone_args(args)) or ({}, 1.0)
+    centered_inputs: set[int] = set()
+    base, base_rms = _covered(model, clone_args(args), centered_inputs) or ({}, 1.0)
     state = model.state_dict(keep_vars=True)
     originals: dict[str, torch.Tensor] = {}
     found: list[tuple[Transform, dict[str, set[int]], float]] = []
@@ -142,6 +158,12 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     for fallback in FALLBACKS:  # nothing curved (or little): the inputs still move off their default draw
         if len(chosen) < MIN_PROBES and _covered(model, fallback.inputs(clone_args(args))) is not None:
             chosen.append(fallback)
+    for i in sorted(centered_inputs):
+        shifted = Transform(f"input:{i}", shift=OVERFLOW_SHIFT)
+        if _covered(model, shifted.inputs(clone_args(args))) is not None:
+            chosen.append(shifted)
+        else:
+            overflowing.append(shifted.label)
     return {"probes": [t.to_json() for t in chosen],
             "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]],
             "sites": {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
