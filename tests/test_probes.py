@@ -53,6 +53,16 @@ def test_partial_cache_key_is_stale_when_another_parameter_changes_alone(fast):
         assert "changed alone" in found.message
 
 
+def test_a_cache_keyed_on_each_parameters_object_and_version_is_stale_once_their_data_is_swapped(fast):
+    """Every other way of changing the parameters moves an object or a version counter; `.data = new` moves
+    neither: `stale-parameters`, naming that change alone."""
+    result = judge(fast, "cache_id_version")
+    assert all(t.passed for t in result.trials), explain(result)
+    stale = [f for f in result.findings if f.code == "stale-parameters"]
+    assert result.verdict == "fail" and [f.details["change"] for f in stale] == ["data"], explain(result)
+    assert ".data = new" in stale[0].message
+
+
 def test_parameters_changed_alone_honest_control(fast):
     result = judge(fast, "@pytorch")
     assert result.verdict == "pass" and not failing(result), explain(result)

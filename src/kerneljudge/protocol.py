@@ -238,7 +238,9 @@ class Perturb(Request):
     same way in both processes (proc/perturb.py): the referee changes the reference's, the worker ModelNew's
     (as loaded from the reference's state) and writes the change into ModelNew `how`: "in-place" (made in the
     tensors it holds), "replace" (new Parameter or buffer objects; parameters get new values, as new objects would
-    bring) or "state-dict" (its own state_dict, with these entries changed, loaded back). Reply: the names
+    bring), "data" (new tensors swapped in under the same objects, `entry.data = new`: neither the object nor
+    its version counter changes) or "state-dict" (its own state_dict, with these entries changed, loaded back).
+    Reply: the names
     of the entries changed (the referee's) and their fingerprint (proc/perturb.fingerprint; both)."""
     op: ClassVar[str] = "perturb"
     seed: int

@@ -184,6 +184,7 @@ def probe_refilled_inputs(j: Judging) -> list[Finding]:
 
 # How the worker writes a parameter change into ModelNew (protocol.Perturb.how), as the messages say it.
 CHANGES = {"in-place": "changed in place", "replace": "replaced by new objects",
+           "data": "swapped under the same objects (`.data = new`: identity and version counter unchanged)",
            "state-dict": "loaded back through a state-dict round trip"}
 MAX_ALONE = 6  # entries changed one at a time per way of changing; beyond it a secret sample (bounded cost)
 
@@ -210,8 +211,10 @@ def alone_sample(names: list[str], seed: int, cap: int = MAX_ALONE) -> list[str]
 def probe_parameters(j: Judging) -> list[Finding]:
     """Rows 1 and 29: derived values must follow every parameter and buffer. A warm call fills the
     candidate's caches; then each entry is changed alone (in place, then by new objects), then all of them
-    together, then a state-dict round trip; after each change the candidate must match on new inputs.
-    A cache keyed on one parameter only passes the changes of all together, not those of the others alone."""
+    together, then all swapped under their objects (`.data = new`: a cache keyed on each object's identity and
+    version counter passed every other change), then a state-dict round trip; after each change the candidate
+    must match on new inputs. A cache keyed on one parameter only passes the changes of all together, not those
+    of the others alone."""
     names = protocol.strings(j.take(j.referee.call(protocol.StateEntries()), STAGE).get("names"), "names")
     alone = alone_sample(names, _seed(j, "alone"))
     j.info["parameters_changed_alone"] = {"entries": len(names), "changed_alone": alone}
@@ -222,7 +225,8 @@ def probe_parameters(j: Judging) -> list[Finding]:
                  if (failed := _change(j, f"{how}:{name}", [name], how))}
         together = _change(j, f"{how}:all", None, how)
         findings += _stale(how, stale, together)
-    findings += _stale("state-dict", {}, _change(j, "state-dict", None, "state-dict"))
+    for how in ("data", "state-dict"):
+        findings += _stale(how, {}, _change(j, how, None, how))
     return findings
 
 

@@ -324,7 +324,8 @@ class Worker:
                      fresh: bool = False) -> Reply:
         """New values of the reference's entries written into ModelNew (`held`: its entries), each before the
         next is made: copied into the tensors it holds ("in-place"), as new Parameter or buffer objects
-        ("replace"), or through its own state dict with these entries changed, loaded back at once
+        ("replace"), as new tensors under the same objects ("data"), or through its own state dict with these
+        entries changed, loaded back at once
         ("state-dict": their copies all held until then). `fresh`: the values are new tensors made here, taken
         as they are where ModelNew's entry has their dtype and device (no second copy of a 4 GB weight beside
         the old one); a value that is ModelNew's own entry, changed in place, needs no writing. Where ModelNew
@@ -346,9 +347,12 @@ class Worker:
                     own = session.own_copies[name] = value if fresh else value.clone()
                 if entry is None or entry is value or how == "state-dict":
                     continue
-                if how == "replace":
+                if how in ("replace", "data"):
                     new = value if fresh and own is None and _kind(entry) == _kind(value) else \
                         torch.empty_like(entry.detach()).copy_(value)
+                if how == "data":
+                    entry.data = new
+                elif how == "replace":
                     new = torch.nn.Parameter(new, requires_grad=entry.requires_grad) \
                         if isinstance(entry, torch.nn.Parameter) else new
                     _replace_everywhere(session.candidate, entry, new)
