@@ -474,7 +474,7 @@ class _FakeProcess:
     def __init__(self, clock):
         self.clock = clock
 
-    def call(self, request):
+    def call(self, request, limit=None):
         self.clock["ms"] += 10.0
         return {"samples_ms": [9.0] * request.count}
 
@@ -486,7 +486,7 @@ class _WatchedProcess:
     def __init__(self, clock):
         self.clock, self.requests = clock, []
 
-    def call(self, request):
+    def call(self, request, limit=None):
         self.requests.append(request)
         self.clock["ms"] += 10.0 + len(request.watch) * request.watch_delay_ms
         return {"samples_ms": [1.0] * request.count, "unjoined": []}

@@ -224,11 +224,13 @@ class WorkerProcess:
         self.deadline += seconds
 
     def call(self, request: "protocol.Request", blobs: list | tuple = (), *,
-             on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             on_progress: Callable[[dict[str, Any]], None] | None = None,
+             limit: tuple[float, str] | None = None) -> dict[str, Any]:
         """Send one request (with tensor blobs); raise WorkerFailure if the process cannot answer. The reply's
         blobs are under `_blobs`. Progress messages the process sends before its reply (`{"progress": {...}}`,
-        with the request's nonce like the reply) go to `on_progress`."""
-        return self.collect(self.submit(request, blobs), on_progress=on_progress)
+        with the request's nonce like the reply) go to `on_progress`. `limit`: (seconds, why) this request may
+        take at most, within the process's own deadline (past it the process is stopped: `timeout`)."""
+        return self.collect(self.submit(request, blobs), on_progress=on_progress, limit=limit)
 
     def submit(self, request: "protocol.Request", blobs: list | tuple = ()) -> "Pending":
         """Send one request without waiting for its reply (`collect` takes it): how the judge lets the
@@ -255,16 +257,17 @@ class WorkerProcess:
         self.pending = pending
         return pending
 
-    def collect(self, pending: "Pending", *,
-                on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    def collect(self, pending: "Pending", *, on_progress: Callable[[dict[str, Any]], None] | None = None,
+                limit: tuple[float, str] | None = None) -> dict[str, Any]:
         """The reply to a submitted request (see `call`); a failure names the stage it is collected in."""
         op = self.stage or pending.op
         if pending is not self.pending:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the {self.role}'s reply to {pending.op} was taken "
                                            "already", stage=op), "")
+        deadline = self.deadline if limit is None else min(self.deadline, self.clock() + limit[0])
         try:
-            with self._failures(op):
-                reply = self._receive(op, pending.nonce, on_progress)
+            with self._failures(op, limit if deadline < self.deadline else None):
+                reply = self._receive(op, pending.nonce, on_progress, deadline)
         finally:
             pending.replied()
         self.pending = None
@@ -276,15 +279,17 @@ class WorkerProcess:
         return reply
 
     @contextmanager
-    def _failures(self, op: str):
-        """The channel's failures during stage `op` as the WorkerFailure that says what happened."""
+    def _failures(self, op: str, limit: tuple[float, str] | None = None):
+        """The channel's failures during stage `op` as the WorkerFailure that says what happened (`limit`: the
+        request's own, where it ends before the process's deadline)."""
         try:
             yield
         except channel.ChannelTimeout as exc:
             self._kill()
-            raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past its {self.options.timeout_s:g} s "
-                                           f"limit during stage {op} and was stopped", stage=op),
-                                self.output_tail()) from exc
+            ran_past = f"its {self.options.timeout_s:g} s limit" if limit is None else \
+                f"the {limit[0]:.3g} s one request of it may take ({limit[1]})"
+            raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past {ran_past} during stage {op} and "
+                                           "was stopped", stage=op), self.output_tail()) from exc
         except channel.ChannelForged as exc:
             self._kill()
             code = "tampering" if self.role == "worker" else "judge-error"
@@ -293,10 +298,11 @@ class WorkerProcess:
         except (channel.ChannelClosed, BrokenPipeError) as exc:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
 
-    def _receive(self, op: str, nonce: str, on_progress) -> dict[str, Any]:
-        """The reply to the request `nonce`, passing the progress messages before it to `on_progress`."""
+    def _receive(self, op: str, nonce: str, on_progress, deadline: float) -> dict[str, Any]:
+        """The reply to the request `nonce` by `deadline`, passing the progress messages before it to
+        `on_progress`."""
         while True:
-            message = channel.receive(self.read_fd, self.deadline, self.clock)
+            message = channel.receive(self.read_fd, deadline, self.clock)
             if message.get("nonce") != nonce:  # a message the worker's server did not send for this request
                 self._kill()
                 raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a "

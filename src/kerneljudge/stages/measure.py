@@ -92,6 +92,12 @@ CPU_FLUSH_REST_MS = 4.0
 # Timed outputs the referee may hold at once for their comparison after the timing (HoldOutput); beyond it (or a
 # quarter of the device's free memory) an output is compared at once, inside the timing
 HELD_BYTES_MAX = 2 << 30
+# A candidate's timed batch may take this many times the reference's eager time for its calls, at least
+# TIMED_BATCH_MIN_S: past it the worker is stopped (`timeout`), so one that hangs only while timed holds the
+# device's timing lock (and a batch's lane) a minute at most, not the whole --timeout (300 s by default; red-team
+# trial, twenty-third session)
+TIMED_BATCH_REFERENCE_FACTOR = 100.0
+TIMED_BATCH_MIN_S = 60.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
 # run's, both ways (wide enough for a noisy CPU, where compiling again costs 8-27 s; a stale entry from
@@ -178,8 +184,9 @@ class RemoteTimer:
     the judge's clock (after the pacer's rest). `before(i)` may leave a refill seed in `refills` for call i."""
 
     def __init__(self, process: WorkerProcess, batch: int, clock_ms: Callable[[], float], pacer: Pacer | None = None,
-                 *, watch_delay_ms: float | None = None):
+                 *, watch_delay_ms: float | None = None, reference_ms: float | None = None):
         self.process, self.batch, self.clock_ms = process, batch, clock_ms
+        self.reference_ms = reference_ms  # the reference's eager time per call: bounds a batch (None: no bound)
         self.pacer = pacer or Pacer(0.0, clock_ms)
         self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
@@ -211,7 +218,9 @@ class RemoteTimer:
         self.watched.update(watch)
         self.pacer.rest()
         started = self.clock_ms()
-        reply = self.process.call(protocol.TimeBatch(first, count, refills, watch, self.watch_delay_ms if watch else 0.0))
+        delay_ms = self.watch_delay_ms if watch else 0.0
+        reply = self.process.call(protocol.TimeBatch(first, count, refills, watch, delay_ms),
+                                  limit=self._limit(count, len(watch) * delay_ms))
         self.pacer.last_reply_ms = self.clock_ms()
         wall = self.pacer.last_reply_ms - started
         if reply.get("findings") or reply.get("error"):
@@ -223,6 +232,14 @@ class RemoteTimer:
         if not watch:  # a watched batch's hold is the judge's own time
             self.slacks_ms.append((wall - math.fsum(samples)) / count)
         return samples
+
+    def _limit(self, count: int, held_ms: float) -> tuple[float, str] | None:
+        """How long a batch of `count` calls may take (and the watched calls' holds, `held_ms`), and why."""
+        if self.reference_ms is None:
+            return None
+        seconds = max(TIMED_BATCH_MIN_S, (TIMED_BATCH_REFERENCE_FACTOR * self.reference_ms * count + held_ms) / 1e3)
+        return seconds, (f"a timed batch of {count} call(s): {TIMED_BATCH_REFERENCE_FACTOR:g} times the reference's "
+                         f"{self.reference_ms:.3g} ms each, at least {TIMED_BATCH_MIN_S:g} s")
 
     @property
     def slack_ms(self) -> float:
@@ -281,9 +298,11 @@ def _method(device: str, opts) -> str:
 
 def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRule, clock_ms,
              check: bool = False, watch_delay_ms: float | None = None, stage: str = STAGE,
-             part: tuple[int, int] = (1, 1)) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
+             part: tuple[int, int] = (1, 1), reference_ms: float | None = None
+             ) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
     """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable).
     `watch_delay_ms` (GPU): watch some timed calls from inside their batches, each checked (worker/watch.py).
+    `reference_ms`: the reference's time per call, which bounds each batch (RemoteTimer._limit).
     `stage` and `part` (its place among the stage's measurements): where its progress is told."""
     opts = j.options.timing
     name = _part_name(opts, model)
@@ -304,7 +323,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     used: set[int] = set()
     on_gpu = j.device.startswith("cuda")
     timer = RemoteTimer(process, sets if on_gpu else 1, clock_ms, Pacer(0.0 if on_gpu else CPU_FLUSH_REST_MS, clock_ms),
-                        watch_delay_ms=watch_delay_ms if on_gpu else None)
+                        watch_delay_ms=watch_delay_ms if on_gpu else None, reference_ms=reference_ms)
     # enough batches for the cross-check's medians, where the budget allows
     watches = WATCHES_EXPECTED if timer.watch_left else 0  # watched batches are left out of the cross-check
     least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + watches) * timer.batch)
@@ -519,7 +538,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
         baselines = measured if kept is None else _kept(j, problem_key, kept, clock_ms)
         candidate, timer, checked, _ = _measure(j, j.worker, "candidate", stop, clock_ms, check=True,
                                                 watch_delay_ms=_watch_delay_ms(baselines.eager_ms),
-                                                part=(1, 1) if kept is None else (2, 2))
+                                                part=(1, 1) if kept is None else (2, 2), reference_ms=baselines.eager_ms)
     except StageEnded:
         return None
     per_call = candidate
