@@ -832,7 +832,7 @@ def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_
     result = api.evaluate(path, honest(path, tmp_path), fast, check={"trials": 1})
     assert result.verdict == "pass", result.findings
     worker_changes = [(n, how) for n, (role, op, how) in enumerate(trace) if role == "worker"]
-    assert {how for _, how in worker_changes} == {"in-place", "replace", "state-dict"}, trace
+    assert {how for _, how in worker_changes} == {"in-place", "replace", "data", "state-dict"}, trace
     for n, how in worker_changes:
         bracketed = trace[n - 1] == ("referee", "park", True) and trace[n + 1:n + 2] == [("referee", "park", False)]
         assert bracketed == (how != "in-place"), (how, trace[n - 1:n + 2])

@@ -328,7 +328,7 @@ def test_a_value_cached_from_a_buffer_is_stale_after_each_kind_of_change(fast):
     assert result.verdict == "fail" and "stale-parameters" in failing(result)
     assert set(failing(result)) <= {"stale-parameters", "range-mismatch"}  # a range probe may move the buffer too
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
-    assert set(stale) == {"in-place", "replace", "state-dict"}  # a buffer is replaced by a new tensor too
+    assert set(stale) == {"in-place", "replace", "data", "state-dict"}  # a buffer is replaced by a new tensor too
     assert stale["in-place"].details["parameters"] == ["scale"] and "scale changed alone" in stale["in-place"].message
 
 
