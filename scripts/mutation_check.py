@@ -446,7 +446,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if self.reference_ms is None:\n            return None",
              "        if True:\n            return None", (_k(INTEGRITY, "hanging_only_while_timed"),)),
     Mutation("probe-data-swap-off", "stages/probe.py",
-             '    for how in ("data", "state-dict"):', '    for how in ("state-dict",):',
+             '    if alone:  # one entry, drawn in secret', '    if False:  # one entry, drawn in secret',
              (_k("tests/test_probes.py", "data_is_swapped"),)),
     Mutation("timed-inputs-unchecked", "stages/measure.py",
              "protocol.ExportOutput(i, inputs=True)", "protocol.ExportOutput(i)",

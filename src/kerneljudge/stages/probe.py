@@ -211,9 +211,10 @@ def alone_sample(names: list[str], seed: int, cap: int = MAX_ALONE) -> list[str]
 def probe_parameters(j: Judging) -> list[Finding]:
     """Rows 1 and 29: derived values must follow every parameter and buffer. A warm call fills the
     candidate's caches; then each entry is changed alone (in place, then by new objects), then all of them
-    together, then all swapped under their objects (`.data = new`: a cache keyed on each object's identity and
-    version counter passed every other change), then a state-dict round trip; after each change the candidate
-    must match on new inputs. A cache keyed on one parameter only passes the changes of all together, not those
+    together, then one of them, drawn in secret, swapped under its object (`.data = new`: a cache keyed on each
+    object's identity and version counter passed every other change; one entry costs a fraction of all of them,
+    a second "all together" change of a large model's parameters in both processes), then a state-dict round
+    trip; after each change the candidate must match on new inputs. A cache keyed on one parameter only passes the changes of all together, not those
     of the others alone."""
     names = protocol.strings(j.take(j.referee.call(protocol.StateEntries()), STAGE).get("names"), "names")
     alone = alone_sample(names, _seed(j, "alone"))
@@ -225,8 +226,11 @@ def probe_parameters(j: Judging) -> list[Finding]:
                  if (failed := _change(j, f"{how}:{name}", [name], how))}
         together = _change(j, f"{how}:all", None, how)
         findings += _stale(how, stale, together)
-    for how in ("data", "state-dict"):
-        findings += _stale(how, {}, _change(j, how, None, how))
+    if alone:  # one entry, drawn in secret: a cache keyed on every entry's identity and version misses its swap
+        name = random.Random(_seed(j, "data-entry")).choice(alone)
+        failed = _change(j, f"data:{name}", [name], "data")
+        findings += _stale("data", {name: failed} if failed else {}, None)
+    findings += _stale("state-dict", {}, _change(j, "state-dict", None, "state-dict"))
     return findings
 
 
