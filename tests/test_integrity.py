@@ -290,6 +290,15 @@ def test_a_hook_that_runs_code_at_the_workers_later_calls_is_tampering(fast, tmp
     assert any(says in m for m in messages(result, "tampering")), messages(result, "tampering")
 
 
+def test_a_default_device_set_at_import_is_not_a_hook(fast, tmp_path):
+    """torch.set_default_device leaves torch's own mode (DeviceContext) entered: honest, not `tampering`."""
+    source = (INTEGRITY / "hook_left_set.py").read_text().replace('HOOK = "audit"', 'HOOK = "default-device"')
+    candidate = tmp_path / "default_device.py"
+    candidate.write_text(source)
+    result = api.evaluate(SEED, candidate, fast)
+    assert result.verdict == "pass" and "tampering" not in codes(result), result.findings
+
+
 def test_forged_replies_on_the_result_channel(fast):
     # every request carries a fresh nonce that its reply must echo: a message written by the candidate
     # into the channel is seen as what it is, and the run stops there

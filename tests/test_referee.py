@@ -630,8 +630,8 @@ def test_a_timed_output_overwritten_within_its_batch_fails_as_output_alias():
     """GPU batches: a candidate that returns one buffer for every call of a batch while timed leaves only the
     batch's last output to check; the overwritten ones are the repeat probe's `output-alias`, said once."""
     judging = types.SimpleNamespace(findings=[], worker=_ExportingWorker(), take=lambda reply, stage: reply, info={})
-    measure._check_timed_output(judging, 5, seed=1, watched=False)
-    measure._check_timed_output(judging, 6, seed=2, watched=True)
+    measure._check_timed_output(judging, 5, seed=1, watched=False, inputs=True)
+    measure._check_timed_output(judging, 6, seed=2, watched=True, inputs=False)
     assert [(f.code, f.severity, f.stage, f.details["call"]) for f in judging.findings] == [
         ("output-alias", "fail", "timing", 5)]
 

@@ -114,7 +114,10 @@ def upcast(args: list) -> list:
 
 
 def same_bits(before: list, after: list) -> bool:
-    """Every tensor of `after` holds exactly the bytes of the one in `before` (NaNs included)."""
+    """Every tensor of `after` holds exactly the bytes of the one in `before` (NaNs included), and `after` has as
+    many values (a shorter list, from a worker's reply, is not the same inputs)."""
+    if len(before) != len(after):
+        return False
     for a, b in zip(before, after):
         if isinstance(a, torch.Tensor):
             if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:

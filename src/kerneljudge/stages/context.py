@@ -36,6 +36,7 @@ class Judging:
     tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
     held_checks: list[Any] = field(default_factory=list)  # timed outputs the referee holds, to compare (measure.py)
     moved_bytes: int | None = None  # the reference's inputs and outputs, from the referee (the memory floor's bytes)
+    input_bytes: int | None = None  # ... its inputs alone (whether a timed call's inputs are checked too: measure.py)
 
     def kept_baselines(self, problem_key: str) -> dict[str, Any] | None:
         """The baselines a batch lane measured for this problem at an earlier candidate, or None."""

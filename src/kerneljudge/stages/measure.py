@@ -92,6 +92,12 @@ CPU_FLUSH_REST_MS = 4.0
 # Timed outputs the referee may hold at once for their comparison after the timing (HoldOutput); beyond it (or a
 # quarter of the device's free memory) an output is compared at once, inside the timing
 HELD_BYTES_MAX = 2 << 30
+# A checked timed call's inputs are compared too (as the call left them: `input-mutation` while timed) at the
+# first check and at about this share of the others, chosen in secret, where the inputs are no larger than
+# TIMED_INPUTS_MAX_BYTES: each such check hands the inputs over and the referee holds a copy (a change made on
+# every timed call is seen at once; the share bounds the cost for inputs of hundreds of MiB)
+TIMED_INPUTS_SHARE = 0.25
+TIMED_INPUTS_MAX_BYTES = 256 << 20
 # A candidate's timed batch may take this many times the reference's eager time for its calls, at least
 # TIMED_BATCH_MIN_S: past it the worker is stopped (`timeout`), so one that hangs only while timed holds the
 # device's timing lock (and a batch's lane) a minute at most, not the whole --timeout (300 s by default; red-team
@@ -318,6 +324,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     j.take(ready, STAGE)
     if process is j.referee and model != "compile":  # the floor's bytes, from the trusted side
         j.moved_bytes = int(ready["input_bytes"]) + int(ready["output_bytes"])
+        j.input_bytes = int(ready["input_bytes"])
     sets = int(protocol.number(ready.get("input_sets"), "input_sets", low=1, high=len(set_seeds)))
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
@@ -334,7 +341,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     # last calls instead, below); the warm-up's calls are not
     # (a GPU's watched calls are checked besides: they do not count among these, as a candidate can tell them,
     # its set's values changing right before the call)
-    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, random.SystemRandom(),
+    chooser = random.SystemRandom()
+    schedule = CheckSchedule.planned(opts.checked_calls if check else 0, stop.max_runs, chooser,
                                      at_least_per_span=CHECKS_PER_SPAN_AT_LEAST, forced=GUARANTEED_CHECKS,
                                      forced_within=opts.min_runs)
 
@@ -363,11 +371,13 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
             check_output(i, measured=position is not None)
 
     def check_output(i: int, measured: bool) -> None:
+        inputs = (j.input_bytes or 0) <= TIMED_INPUTS_MAX_BYTES and \
+            (checked["n"] == 0 or chooser.random() < TIMED_INPUTS_SHARE)
         checked["n"] += 1
         if measured:
             checked["done"].add(i)
         started = clock_ms()
-        _check_timed_output(j, i, current[i % sets], watched=i in timer.watched)
+        _check_timed_output(j, i, current[i % sets], watched=i in timer.watched, inputs=inputs)
         checking["ms"] += clock_ms() - started
 
     def measuring() -> None:
@@ -428,32 +438,34 @@ class HeldCheck:
     index: int
     seed: int  # its inputs' values
     watched: bool
+    inputs: bool  # its inputs, as the call left them, are held with it and compared too
 
 
-def _check_timed_output(j: Judging, i: int, seed: int, watched: bool) -> None:
-    """Timed call `i`'s output, taken from the worker now: held by the referee for a comparison after the
-    timing (drawing the reference's output and comparing took ~13 ms of a level2/51 check on the H200, the
-    device the timing's alone meanwhile), or compared now where it would not fit the referee's budget."""
+def _check_timed_output(j: Judging, i: int, seed: int, watched: bool, inputs: bool) -> None:
+    """Timed call `i`'s output (and its inputs as it left them, where `inputs`), taken from the worker now: held
+    by the referee for a comparison after the timing (drawing the reference's output and comparing took ~13 ms
+    of a level2/51 check on the H200, the device the timing's alone meanwhile), or compared now where it would
+    not fit the referee's budget."""
     if _mismatched(j):
         return
-    exported = _exported(j, i)
+    exported = _exported(j, i, inputs)
     if exported is None:
         return
     held = j.take(j.referee.call(protocol.HoldOutput(i, exported["output"], HELD_BYTES_MAX, exported.get("inputs_after")),
                                  exported["_blobs"]), STAGE)
     if held.get("held") is True:
-        j.held_checks.append(HeldCheck(i, seed, watched))
+        j.held_checks.append(HeldCheck(i, seed, watched, inputs))
         return
-    exported = _exported(j, i)  # the blobs went with the hold: again
+    exported = _exported(j, i, inputs)  # the blobs went with the hold: again
     if exported is not None:
-        _compare_timed(j, HeldCheck(i, seed, watched), exported)
+        _compare_timed(j, HeldCheck(i, seed, watched, inputs), exported)
 
 
-def _exported(j: Judging, i: int) -> dict | None:
-    """Timed call `i`'s output from the worker, and its inputs as the call left them (a candidate that changes
-    its inputs only while timed is `input-mutation` as in the check), or None where a later call of its batch
-    returned the same memory (that fails as such)."""
-    exported = j.take(j.worker.call(protocol.ExportOutput(i, inputs=True)), STAGE)
+def _exported(j: Judging, i: int, inputs: bool) -> dict | None:
+    """Timed call `i`'s output from the worker, and (`inputs`) its inputs as the call left them (a candidate that
+    changes its inputs only while timed is `input-mutation` as in the check), or None where a later call of its
+    batch returned the same memory (that fails as such)."""
+    exported = j.take(j.worker.call(protocol.ExportOutput(i, inputs=inputs)), STAGE)
     if exported.get("reused") is True:
         _reused_while_timed(j, i)
         return None
@@ -478,10 +490,10 @@ def _mismatched(j: Judging) -> bool:
 def _compare_timed(j: Judging, check: HeldCheck, exported: dict | None) -> None:
     """One timed output compared (`exported`: the worker's reply; None: the one the referee holds)."""
     i, watched = check.index, check.watched
-    j.draw(check.seed, STAGE, timed=True, keep_inputs=True)
+    j.draw(check.seed, STAGE, timed=True, keep_inputs=check.inputs)
     # (the worker keeps its timed outputs until the timing ends: a release would free nothing and cost a request)
-    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", inputs=True, verdict_only=True,
-                                   release=False)
+    trial, findings, _ = j.compare(check.seed, i, exported, STAGE, rule="timed", inputs=check.inputs,
+                                   verdict_only=True, release=False)
     if not any(f.code == "input-mutation" for f in j.findings):
         j.findings.extend(f for f in findings if f.code == "input-mutation")
     if not trial.passed:

@@ -8,18 +8,27 @@ changed since, so a patched clock is a failing finding instead of a fake speedup
 Whatever the worker runs after a timed call to hand its output over is a place a candidate could do the
 call's work late, outside the timed interval (a patched `ctypes.string_at` did the product when the worker
 copied the output's bytes: a 20x speedup on the CPU, red-team trial of the twenty-third session). So the
-standard-library modules the judge's own modules use are watched whole (every callable, a Python function's
-code too: setting one's `__code__` is an audit event), as are torch.Tensor's methods (new ones too: they would
-shadow torch._C.TensorBase's), the dispatcher's kernels for the operations that copy an output,
-and every way to run code at any call: a profile or trace function, a torch function or dispatch mode left
-entered, an audit hook added (seen by the guard's own hook, added first: one can't be removed).
+judge's modules and the classes they define, the standard-library modules they use (and the JSON classes every
+reply goes through), torch.cuda and torch.Tensor (new names too: they would shadow torch._C.TensorBase's) are
+watched whole: every callable, a Python function's code too (setting one's `__code__` is an audit event). So
+are the dispatcher's kernels for the operations that copy an output, and the ways to run code at calls or at
+any moment that this process can read back: profile and trace functions (this thread's and new threads'),
+interval timers, sys.monitoring tools, torch function or dispatch modes left entered (torch's own
+DeviceContext, which `set_default_device` leaves, excepted), and audit hooks added (seen by the guard's own,
+added first: one cannot be removed). The worker checks before each request's work and after it (a patch
+could do a timed call's work at the next request's first use and undo itself). Not covered: what this process
+cannot read back (gc callbacks, signal handlers run by a signal from outside, native code); the guard is a
+barrier raised in the candidate's own process, and the verdict never rests on it alone (the referee compares
+outputs it draws itself, the cross-check times batches from outside).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -44,11 +53,14 @@ WATCHED = (
     ("torch.profiler", "profile"), ("torch", "autograd.profiler.profile"),
 )
 
-#: Names a program replaces by design (hooks, warnings' printers, the interpreter's last value): not watched
-#: where a module is watched whole.
-REPLACEABLE = re.compile(r"hook$|^showwarning$|^formatwarning$|^_$")
+#: Names a program replaces by design (hooks, the interpreter's last value): not watched where a namespace is
+#: watched whole.
+REPLACEABLE = re.compile(r"hook$|^_$")
 #: The dispatcher's operations the worker's hand-over of an output goes through (proc/tensorwire.py): a
 #: kernel registered for one of them after the guard bound (torch.library) is `tampering`.
+#: Classes of the standard library whose methods the worker's replies go through (channel.py: json.dumps builds
+#: a JSONEncoder for each message): watched as the judge's own classes are.
+STANDARD_CLASSES = (("json.encoder", "JSONEncoder"), ("json.decoder", "JSONDecoder"))
 COPY_OPS = ("aten::copy_", "aten::clone", "aten::detach", "aten::view", "aten::_reshape_alias", "aten::_to_copy")
 
 
@@ -68,17 +80,19 @@ class Guard:
     clock_ns: Callable[[], int]
     wall_ms: Callable[[], float]
     snapshot: dict[tuple[str, str], object] = field(default_factory=dict)  # WATCHED, looked up by name
-    # every callable of the watched namespaces (the judge's modules, the standard library's it uses,
-    # torch.Tensor): (the namespace's live dict, attribute, bound object, name), compared by identity
+    # every callable of the watched namespaces (the judge's modules and the classes they define, the standard
+    # library's modules it uses and STANDARD_CLASSES, torch.cuda, torch.Tensor): (the namespace's live dict,
+    # attribute, bound object, name)
     owned: list[tuple] = field(default_factory=list)
     functions: dict[int, str] = field(default_factory=dict)  # the watched Python functions (held: ids stay theirs)
     tensor_names: frozenset = frozenset()  # torch.Tensor's own attributes (a new one shadows torch._C.TensorBase's)
     bound_clocks: tuple = ()
-    # the hooks set when the guard bound (none, unless a coverage tool runs the worker), the torch mode stacks'
-    # depths then, the copying operations' kernels then
+    # what runs code at any call when the guard bound (none, unless a coverage tool runs the worker), and the
+    # torch functions that read the mode stacks and the dispatcher, bound then as the clocks are
     bound_hooks: tuple = ()
-    mode_depths: tuple = ()
-    kernels: dict[str, str] = field(default_factory=dict)
+    torch_probes: tuple = ()
+    modes: tuple = ()  # the torch function and dispatch modes entered then (torch's own DeviceContext not counted)
+    kernels: dict[str, str] = field(default_factory=dict)  # the copying operations' kernels then
     # what the guard's audit hook saw since: watched functions' code set, audit hooks added
     audited: set[str] = field(default_factory=set)
 
@@ -87,7 +101,7 @@ class Guard:
         perf_counter_ns = time.perf_counter_ns
         guard = cls(clock_ns=perf_counter_ns, wall_ms=lambda: perf_counter_ns() / 1e6)
         guard.bound_clocks = (guard.clock_ns, guard.wall_ms)
-        guard.refresh()
+        guard._snapshot()
         sys.addaudithook(guard._audit)
         return guard
 
@@ -100,56 +114,93 @@ class Guard:
         elif event == "sys.addaudithook":
             self.audited.add("sys.addaudithook")
 
-    def refresh(self) -> None:
-        """Snapshot what is importable now (torch and the judge's modules imported, the candidate not yet)."""
+    def _snapshot(self) -> None:
+        """What is importable now (torch and the judge's modules imported, the candidate not yet)."""
         for module_name, dotted in WATCHED:
             value = _lookup(module_name, dotted)
             if value is not None:
-                self.snapshot.setdefault((module_name, dotted), value)
+                self.snapshot[(module_name, dotted)] = value
                 if isinstance(value, types.FunctionType):
                     self.functions[id(value)] = f"{module_name}.{dotted}"
-        namespaces = [(name, module) for name, module in list(sys.modules.items())
-                      if name.startswith("kerneljudge") and module is not None] + \
+        modules = [(name, module) for name, module in list(sys.modules.items())
+                   if name.startswith("kerneljudge") and module is not None] + \
             [(module.__name__, module) for module in _standard_modules_used()]
         torch = sys.modules.get("torch")
         if torch is not None:
+            modules += [("torch.cuda", torch.cuda), ("torch.cuda.memory", torch.cuda.memory)]
+        namespaces = modules + [(f"{name}.{attr}", value) for name, module in modules if name.startswith("kerneljudge")
+                                for attr, value in list(vars(module).items())
+                                if isinstance(value, type) and value.__module__ == module.__name__]
+        namespaces += [(f"{module}.{name}", cls) for module, name in STANDARD_CLASSES
+                       if (cls := _lookup(module, name)) is not None]
+        if torch is not None:
             namespaces.append(("torch.Tensor", torch.Tensor))
             self.tensor_names = frozenset(vars(torch.Tensor))
-            self.mode_depths = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+            from torch.utils._device import DeviceContext
+            self.torch_probes = (torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
+                                 torch._C._len_torch_dispatch_stack, torch._C._dispatch_dump, DeviceContext)
+            self.modes = self._modes()
             self.kernels = {op: torch._C._dispatch_dump(op) for op in COPY_OPS}
         for name, namespace in namespaces:
             names = vars(namespace)
             for attr, value in list(names.items()):
-                if callable(value) and not attr.startswith("__") and not REPLACEABLE.search(attr):
+                if callable(value) and not REPLACEABLE.search(attr):
                     self.owned.append((names, attr, value, f"{name}.{attr}"))
                     if isinstance(value, types.FunctionType):
                         self.functions.setdefault(id(value), f"{name}.{attr}")
-        self.bound_hooks = (sys.getprofile(), sys.gettrace())
+        self.functions.update({id(f): f"the guard's {f.__name__}" for f in vars(Guard).values()
+                               if isinstance(f, types.FunctionType)})
+        self.bound_hooks = _hooks()
 
-    def tampered(self) -> list[str]:
+    def tampered(self, deep: bool = True) -> list[str]:
         """Watched names whose object changed since they were bound, watched functions whose code was
-        swapped in place (`f.__code__ = ...`), the guard's own clocks replaced, and the hooks of `_hooked`."""
+        swapped in place (`f.__code__ = ...`), the guard's own clocks replaced, and the hooks of `_hooked`
+        (`deep`: the dispatcher's kernels too, the costliest part)."""
         changed = {f"{module}.{dotted}" for (module, dotted), value in self.snapshot.items()
                    if not _same(_lookup(module, dotted), value)}
         changed.update(name for names, attr, value, name in self.owned
                        if names.get(attr) is not value and not _same(names.get(attr), value))
         if (self.clock_ns, self.wall_ms) != self.bound_clocks:
             changed.add("the judge's bound clock")
-        return sorted(changed | self.audited | self._hooked())
+        return sorted(changed | self.audited | self._hooked(deep))
 
-    def _hooked(self) -> set[str]:
+    def _modes(self) -> tuple[int, int]:
+        """How many torch function modes (torch's DeviceContext, set_default_device's, not counted) and dispatch
+        modes are entered."""
+        function_depth, function_at, dispatch_depth, _, device_context = self.torch_probes
+        functions = sum(not isinstance(function_at(i), device_context) for i in range(function_depth()))
+        return functions, dispatch_depth()
+
+    def _hooked(self, deep: bool) -> set[str]:
         """Ways to run code at calls the worker makes, set by candidate code since the guard bound."""
-        hooked = set()
-        if (sys.getprofile(), sys.gettrace()) != self.bound_hooks:
-            hooked.add("sys.setprofile/settrace (a function left set)")
+        hooked = {f"{what} (set and left set)" for what, now, then in zip(HOOKS, _hooks(), self.bound_hooks)
+                  if now != then}
         torch = sys.modules.get("torch")
-        if torch is not None and self.kernels:
-            if (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()) != self.mode_depths:
+        if torch is not None and self.torch_probes:
+            if self._modes() != self.modes:
                 hooked.add("a torch function or dispatch mode (left entered)")
-            hooked.update(f"{op}'s kernels" for op, dump in self.kernels.items() if torch._C._dispatch_dump(op) != dump)
+            if deep:
+                dump = self.torch_probes[3]
+                hooked.update(f"{op}'s kernels" for op, kernels in self.kernels.items() if dump(op) != kernels)
             hooked.update(f"torch.Tensor.{name}" for name in vars(torch.Tensor).keys() - self.tensor_names
-                          if not name.startswith("__"))
+                          if callable(vars(torch.Tensor)[name]))
         return hooked
+
+
+#: What `_hooks` reads, by name: each a way to run code at calls (or at any moment) in the worker.
+HOOKS = ("sys.setprofile", "sys.settrace", "threading.setprofile", "threading.settrace", "signal.setitimer",
+         "sys.monitoring")
+
+
+def _hooks() -> tuple:
+    """Now: the profile and trace functions (this thread's, and the ones new threads get), the interval timers
+    (a signal handler at arbitrary moments), and the tools registered with sys.monitoring (Python 3.12+)."""
+    monitoring = getattr(sys, "monitoring", None)
+    tools = tuple(monitoring.get_tool(i) for i in range(6)) if monitoring else ()
+    timers = tuple(signal.getitimer(which) != (0.0, 0.0) for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
+                                                                        signal.ITIMER_PROF))
+    return (sys.getprofile(), sys.gettrace(), getattr(threading, "getprofile", lambda: None)(),
+            getattr(threading, "gettrace", lambda: None)(), timers, tools)
 
 
 def _standard_modules_used() -> list[types.ModuleType]:

@@ -78,16 +78,20 @@ class Worker:
 
     def handle(self, message: dict[str, Any]) -> Reply:
         op = message.get("op")
+        # before any of this request's own work (a patch made during a timed call could do the call's work at
+        # the next request's first use of it and undo itself: seen only before that use)
+        before = [] if op == protocol.TimeBatch.op else self.guard.tampered(deep=False)
         if self.exporter is not None:
             self.exporter.release()  # the last reply's shared outputs: the referee has read them by this request
         if op == protocol.TimeBatch.op:
             return self._handle(message)  # nothing of the guard's own cost between timed batches (checked after)
-        return memory.measured(self.device, lambda: self._watched(message))
+        return memory.measured(self.device, lambda: self._watched(message, before))
 
-    def _watched(self, message: dict[str, Any]) -> Reply:
-        """The reply, with the guard's tampering check added when something it watches changed."""
+    def _watched(self, message: dict[str, Any], before: list[str]) -> Reply:
+        """The reply, with the guard's tampering check added when something it watches changed (before the
+        request's work, `before`, or after it)."""
         reply, blobs = self._handle(message)
-        tampered = [name for name in self.guard.tampered() if name not in self.reported_tampering]
+        tampered = [name for name in sorted({*before, *self.guard.tampered()}) if name not in self.reported_tampering]
         self.reported_tampering.update(tampered)
         if tampered:
             reply.setdefault("findings", []).append(Finding.of(
@@ -275,7 +279,8 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            out_blobs = self._with_inputs(data, out_blobs, args, called.value)
+            out_blobs = self._with_inputs(data, out_blobs, args,
+                                          share=shares_inputs(args, called.value, session.reference_bytes))
         if request.alias:
             data["aliases"] = output_aliases(called.value, args, session.candidate)
         session.output_sizes = [_bytes(t) for t in tensorwire.tensors_of(called.value)]
@@ -498,15 +503,15 @@ class Worker:
                      for other in later for b in tensorwire.tensors_of(other))
         output, out_blobs = tensorwire.describe_output(out, self._export())
         data: dict[str, Any] = {"output": output, "reused": reused}
-        if request.inputs:
-            out_blobs = self._with_inputs(data, out_blobs, self.timed.sets[request.index % len(self.timed.sets)], out)
+        if request.inputs:  # shared where they lie (the judge asks only for inputs of bounded size)
+            out_blobs = self._with_inputs(data, out_blobs, self.timed.sets[request.index % len(self.timed.sets)],
+                                          share=True)
         return _reply([], blobs=out_blobs, **data)
 
-    def _with_inputs(self, data: dict[str, Any], out_blobs: list, args: list, out) -> list:
-        """A call's inputs as it left them into `data` (inputs_after), their blobs after the output's: shared
-        where small beside the problem (`shares_inputs`); the reply's blobs."""
-        share = self._export() if shares_inputs(args, out, self.session.reference_bytes) else None
-        data["inputs_after"], after_blobs = tensorwire.pack_values(args, share)
+    def _with_inputs(self, data: dict[str, Any], out_blobs: list, args: list, share: bool) -> list:
+        """A call's inputs as it left them into `data` (inputs_after), their blobs after the output's, shared in
+        device memory where `share` (and the device allows); the reply's blobs."""
+        data["inputs_after"], after_blobs = tensorwire.pack_values(args, self._export() if share else None)
         for meta in data["inputs_after"]:
             if "blob" in meta:
                 meta["blob"] += len(out_blobs)

@@ -1,6 +1,7 @@
 """Catalog row 10: ways to run code at any call the worker makes afterwards (where it copies an output, say),
 each left set at import by a candidate whose own forward is honest: which one is chosen by the module-level
-`HOOK` below, rewritten by the test (tests/test_integrity.py). Each is `tampering` (worker/guard.py)."""
+`HOOK` below, rewritten by the test (tests/test_integrity.py). Each is `tampering` (worker/guard.py), but for
+"default-device": torch.set_default_device, which leaves torch's own mode entered, is honest."""
 import sys
 
 import torch
@@ -30,6 +31,8 @@ elif HOOK == "mode":
 elif HOOK == "kernel":
     LIBRARY = torch.library.Library("aten", "IMPL")
     LIBRARY.impl("clone", lambda x, memory_format=None: (_run_pending(), torch.empty_like(x).copy_(x))[1], "CPU")
+elif HOOK == "default-device":  # honest: torch's own DeviceContext mode, left entered by design
+    torch.set_default_device("cpu")
 elif HOOK == "method":
     torch.Tensor.numpy = lambda self, *a, **k: (_run_pending(), torch._C.TensorBase.numpy(self, *a, **k))[1]
 
