@@ -399,8 +399,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              '            [(module.__name__, module) for module in _standard_modules_used()]',
              '            []', (_k(INTEGRITY, "work_done_late"),), "work done where the worker copies an output"),
     Mutation("guard-hooks-unseen", "worker/guard.py",
-             "        return sorted(changed | self.audited | self._hooked())",
+             "        return sorted(changed | self.audited | self._hooked(deep))",
              "        return sorted(changed)", (_k(INTEGRITY, "hook_that_runs_code"),)),
+    Mutation("guard-device-context-counted", "worker/guard.py",
+             "sum(not isinstance(function_at(i), device_context)", "sum(True or isinstance(function_at(i), device_context)",
+             (_k(INTEGRITY, "default_device_set_at_import"),)),
+    Mutation("guard-checked-after-only", "worker/server.py",
+             "before = [] if op == protocol.TimeBatch.op else self.guard.tampered(deep=False)",
+             "before = []", (_k(INTEGRITY, "undone_at_its_first_use"),)),
     # --- isolation: the limits and the channel -----------------------------------------------------------
     # (the memory limit is left unmutated: without it the test's candidate would take the machine's memory)
     # --- the sandbox (issue 13) -------------------------------------------------------------------------

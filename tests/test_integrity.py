@@ -274,6 +274,15 @@ def test_work_done_late_where_the_worker_copies_the_output_is_tampering(fast):
     assert "ctypes.string_at" in messages(result, "tampering")[0]
 
 
+def test_a_patch_made_while_timed_and_undone_at_its_first_use_is_tampering(fast):
+    """Made during a timed batch and undone by the request that uses it (the output's copy): the worker's check
+    before that request's own work sees it."""
+    result = judge(fast, "defer_undone", timing=CHECKED_TIMING)
+    assert all(t.passed for t in result.trials) and result.verdict == "fail", result.findings
+    assert_caught(result, "tampering")
+    assert "ctypes.string_at" in messages(result, "tampering")[0]
+
+
 @pytest.mark.parametrize("hook,says", [
     ("audit", "sys.addaudithook"), ("profile", "sys.setprofile"), ("mode", "torch function or dispatch mode"),
     ("kernel", "aten::clone's kernels"), ("method", "torch.Tensor.numpy")])
