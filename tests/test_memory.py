@@ -814,6 +814,37 @@ def test_the_referees_parameters_parked_in_host_memory_come_back_as_they_were(tm
         assert torch.equal(a.expected, b.expected) and torch.equal(a.expected64, b.expected64)
 
 
+def test_only_as_many_parameters_are_parked_as_the_changed_entries_take(tmp_path, monkeypatch):
+    """RefereeSession.park with the change's entries: none for a change under PARKED_FROM_BYTES (a bias), the
+    smallest parameter that covers a larger one alone, else the largest first until covered; all without names."""
+    from kerneljudge.referee import session as referee_session
+    from kerneljudge.worker.build import import_problem
+
+    source = GEMM_PROBLEM.replace("self.gemm = nn.Linear(features, features)",
+                                  "self.gemm = nn.Linear(features, features)\n"
+                                  "        self.wide = nn.Parameter(torch.randn(2 * features, features))")
+    path = tmp_path / "two_weights.py"
+    path.write_text(source)
+    session = referee_session.RefereeSession.build(import_problem(str(path), source, {}), torch.device("cpu"), 7, 8,
+                                                   kernelbench=False)
+    monkeypatch.setattr(referee_session, "PARKED_DEVICES", ("cpu",))
+    monkeypatch.setattr(referee_session, "PARKED_FROM_BYTES", 4096)
+
+    named = dict(session.native().named_parameters())
+
+    def parked_by(names):
+        session.park(True, names)
+        parked = sorted(name for name, p in named.items() if any(p is q for q, _ in session.parked))
+        session.park(False)
+        return parked
+
+    assert parked_by(["gemm.bias"]) == []  # 2 KiB: nothing
+    assert parked_by(["gemm.weight"]) == ["gemm.weight"]  # 1 MiB: itself covers it, the smallest that does
+    assert parked_by(["wide"]) == ["wide"]
+    assert parked_by(["gemm.weight", "wide"]) == ["gemm.weight", "wide"]
+    assert parked_by(None) == ["gemm.weight", "wide"]
+
+
 def test_every_change_the_worker_makes_by_new_objects_is_made_with_the_referees_parameters_parked(fast, tmp_path,
                                                                                                    monkeypatch):
     """stages/probe._made_alike: the worker's replacement of ModelNew's entries and its state-dict round trip (a new

@@ -41,7 +41,9 @@ def test_partial_cache_key_is_stale_when_another_parameter_changes_alone(fast):
     assert failing(result) <= {"stale-parameters", "range-mismatch"}
     assert all(t.passed for t in result.trials)
     stale = {f.details["change"]: f for f in result.findings if f.code == "stale-parameters"}
-    assert set(stale) == {"in-place", "replace"}  # a state-dict round trip changes the weight too
+    # a state-dict round trip changes the weight too; the swap under one entry (`.data`) shows it when the entry
+    # drawn in secret is not the weight
+    assert set(stale) - {"data"} == {"in-place", "replace"}
     # both reach the output only through their means over the 128 outputs (problem-lint's insensitive-parameter),
     # so a random change of one alone can stay within the tolerance: in place (x 0.5-1.5, + -0.1-0.1) subtract's
     # mean moves by about 0.026 (within the tolerance in about 2% of runs: seen once in CI), replaced (new values

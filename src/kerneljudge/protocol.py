@@ -273,9 +273,11 @@ class SyncState(Request):
 class Park(Request):
     """Referee: its large parameters into host memory (`parked`), or back, around a change the worker makes by new
     objects (replaced, or loaded back through a state dict: a new copy of an entry beside ModelNew's old one), so
-    the judge does not hold them three times then (referee/session.RefereeSession.park). Reply: nothing."""
+    the judge does not hold them three times then (referee/session.RefereeSession.park): as many as the entries
+    `names` (the change's; None: all) take, the worker's new copies of them. Reply: nothing."""
     op: ClassVar[str] = "park"
     parked: bool
+    names: list[str] | None = None
 
 
 @request

@@ -272,7 +272,7 @@ class Referee:
         return {"names": names, "state": meta}, state_blobs
 
     def park(self, request: protocol.Park, blobs: list) -> Reply:
-        self.session.park(request.parked)
+        self.session.park(request.parked, request.names)
         return {}, []
 
     def state_entries(self, request: protocol.StateEntries, blobs: list) -> Reply:

@@ -304,7 +304,7 @@ def _made_alike(j: Judging, change: protocol.Perturb | protocol.RangeSet) -> boo
     # between leaves nothing parked that matters)
     parked = how != "in-place"
     if parked:
-        j.take(j.referee.call(protocol.Park(True)), STAGE)
+        j.take(j.referee.call(protocol.Park(True, names)), STAGE)
     made = j.take(j.worker.call(change), STAGE)
     if parked:
         j.take(j.referee.call(protocol.Park(False)), STAGE)
