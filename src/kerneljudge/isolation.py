@@ -259,7 +259,8 @@ class WorkerProcess:
 
     def collect(self, pending: "Pending", *, on_progress: Callable[[dict[str, Any]], None] | None = None,
                 limit: tuple[float, str] | None = None) -> dict[str, Any]:
-        """The reply to a submitted request (see `call`); a failure names the stage it is collected in."""
+        """The reply to a submitted request (see `call`, and its `limit`); a failure names the stage it is
+        collected in."""
         op = self.stage or pending.op
         if pending is not self.pending:
             raise WorkerFailure(Finding.of("judge-error", f"{op}: the {self.role}'s reply to {pending.op} was taken "
@@ -287,7 +288,7 @@ class WorkerProcess:
         except channel.ChannelTimeout as exc:
             self._kill()
             ran_past = f"its {self.options.timeout_s:g} s limit" if limit is None else \
-                f"the {limit[0]:.3g} s one request of it may take ({limit[1]})"
+                f"the {limit[0]:.3g} s limit of one of its requests ({limit[1]})"
             raise WorkerFailure(Finding.of("timeout", f"the {self.role} ran past {ran_past} during stage {op} and "
                                            "was stopped", stage=op), self.output_tail()) from exc
         except channel.ChannelForged as exc:

@@ -89,8 +89,9 @@ PROGRESS_EVERY_MS = 250.0
 # The judge's pause before each timed request on the CPU (see Pacer): on the 2-core EPYC VM, 2 ms of idle
 # time before a 64 MiB flush was enough for it to run unpreempted under heavy load.
 CPU_FLUSH_REST_MS = 4.0
-# Timed outputs the referee may hold at once for their comparison after the timing (HoldOutput); beyond it (or a
-# quarter of the device's free memory) an output is compared at once, inside the timing
+# Timed outputs (and the inputs checked with them) the referee may hold at once for their comparison after the
+# timing (HoldOutput); beyond it (or a quarter of the device's free memory) an output is compared at once, inside
+# the timing
 HELD_BYTES_MAX = 2 << 30
 # A checked timed call's inputs are compared too (as the call left them: `input-mutation` while timed) at the
 # first check and at about this share of the others, chosen in secret, where the inputs are no larger than

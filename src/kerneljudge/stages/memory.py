@@ -93,7 +93,7 @@ def _ratios(block: dict[str, Any], tally: MemoryTally | None, device: str) -> di
     (memtally.py: on a GPU the allocators' peaks, on a CPU the resident sets above their baselines), and
     beside it the sum of each process's own peak (an upper bound, as if both peaks fell at once). On a GPU
     also the processes' cuBLAS workspaces, a fixed cost (proc/memory.cublas_workspaces_bytes), and the peak
-    less them over the footprint: what the problem's size costs, the multiple a small problem is judged by
+    less them over the footprint: what the problem's size costs, the multiple that says what a small problem takes
     (its workspaces made after the peak would be taken off too: the figure is a lower bound then). The
     worker's figures are claims: numbers below memtally.MAX_BYTES, a missing one counted as 0."""
     footprint = (block.get("footprint") or {}).get("total_bytes")

@@ -289,7 +289,8 @@ class Worker:
     def perturb(self, request: protocol.Perturb, blobs: list) -> Reply:
         """The referee's change of the parameters, made alike on the reference's entries as this process
         follows them (proc/perturb.py): in place on ModelNew's own, or on new tensors swapped in one at a
-        time ("replace") or loaded through its state dict ("state-dict")."""
+        time as new objects ("replace") or under the same objects ("data"), or loaded through its state dict
+        ("state-dict")."""
         held = self._held()
         if held.failure:
             return _reply([held.failure.finding], poisoned=held.failure.poisoned)
