@@ -10,6 +10,8 @@ probe says it was skipped.
 from __future__ import annotations
 
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -306,6 +308,17 @@ def test_a_default_device_set_at_import_is_not_a_hook(fast, tmp_path):
     candidate.write_text(source)
     result = api.evaluate(SEED, candidate, fast)
     assert result.verdict == "pass" and "tampering" not in codes(result), result.findings
+
+
+def test_libraries_that_add_an_audit_hook_of_their_own_are_imported_before_the_guard_binds():
+    """filelock adds a fork-safety audit hook when imported on Python 3.12+ (torch.compile's inductor imports it):
+    imported after the guard bound, an honest torch.compile candidate would be `tampering`."""
+    code = ("import sys, kerneljudge.worker.server\n"
+            "from kerneljudge.worker.guard import IMPORTED_FIRST, Guard\n"
+            "guard = Guard.bind()\n"
+            "print(all(name in sys.modules for name in IMPORTED_FIRST), guard.tampered())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "[]"], done.stderr[-2000:]
 
 
 def test_forged_replies_on_the_result_channel(fast):

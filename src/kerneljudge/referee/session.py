@@ -225,7 +225,7 @@ class RefereeSession:
         (`parked`), each object keeping its identity and values, their device memory given back to the device (the
         worker's to use, not this process's cache), or back where they were (as any use of the model does first:
         `native`, `float64`). With `names` (the entries the worker is about to hold twice), only as many as their
-        bytes, the fewest bytes that cover them (none for a change under PARKED_FROM_BYTES): parking all of a
+        bytes (`_covering`; none for a change under PARKED_FROM_BYTES; no margin beyond them): parking all of a
         model's 8.6 GB around the change of one bias moved 17 GB through host memory for nothing. Not moved: a
         parameter whose memory another entry or attribute shares (moved apart, they would no longer be tied);
         where host memory runs short, the rest (pageable memory: pinned blocks are kept by torch for the process's
@@ -240,7 +240,8 @@ class RefereeSession:
         movable = [p for p in model.parameters() if p.device.type in PARKED_DEVICES
                    and shared[p.untyped_storage().data_ptr()] == 1 and p.untyped_storage().nbytes() >= PARKED_FROM_BYTES]
         if names is not None:
-            movable = _covering(movable, memory.tensor_bytes([state[n] for n in dict.fromkeys(names) if n in state]))
+            changed = {id(state[n]): state[n] for n in names if n in state}  # (a tied entry once)
+            movable = _covering(movable, memory.tensor_bytes(list(changed.values())))
         try:
             for parameter in movable:
                 host = parameter.data.to("cpu", copy=True)

@@ -372,8 +372,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
             check_output(i, measured=position is not None)
 
     def check_output(i: int, measured: bool) -> None:
-        inputs = (j.input_bytes or 0) <= TIMED_INPUTS_MAX_BYTES and \
-            (checked["n"] == 0 or chooser.random() < TIMED_INPUTS_SHARE)
+        inputs = j.input_bytes is not None and j.input_bytes <= TIMED_INPUTS_MAX_BYTES and \
+            (checked["n"] == 0 or chooser.random() < TIMED_INPUTS_SHARE)  # (unknown size: not checked)
         checked["n"] += 1
         if measured:
             checked["done"].add(i)

@@ -24,6 +24,8 @@ outputs it draws itself, the cross-check times batches from outside).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 import signal
@@ -58,6 +60,10 @@ WATCHED = (
 REPLACEABLE = re.compile(r"hook$|^_$")
 #: The dispatcher's operations the worker's hand-over of an output goes through (proc/tensorwire.py): a
 #: kernel registered for one of them after the guard bound (torch.library) is `tampering`.
+#: Libraries that add an audit hook of their own when first imported, imported before the guard binds (an
+#: added hook is `tampering`): filelock, on Python 3.12+ (its fork-safety hook), which torch.compile's inductor
+#: imports, would otherwise fail an honest torch.compile candidate (second review, twenty-third session).
+IMPORTED_FIRST = ("filelock",)
 #: Classes of the standard library whose methods the worker's replies go through (channel.py: json.dumps builds
 #: a JSONEncoder for each message): watched as the judge's own classes are.
 STANDARD_CLASSES = (("json.encoder", "JSONEncoder"), ("json.decoder", "JSONDecoder"))
@@ -98,6 +104,9 @@ class Guard:
 
     @classmethod
     def bind(cls) -> "Guard":
+        for name in IMPORTED_FIRST:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
         perf_counter_ns = time.perf_counter_ns
         guard = cls(clock_ns=perf_counter_ns, wall_ms=lambda: perf_counter_ns() / 1e6)
         guard.bound_clocks = (guard.clock_ns, guard.wall_ms)
