@@ -58,8 +58,6 @@ WATCHED = (
 #: Names a program replaces by design (hooks, the interpreter's last value): not watched where a namespace is
 #: watched whole.
 REPLACEABLE = re.compile(r"hook$|^_$")
-#: The dispatcher's operations the worker's hand-over of an output goes through (proc/tensorwire.py): a
-#: kernel registered for one of them after the guard bound (torch.library) is `tampering`.
 #: Libraries that add an audit hook of their own when first imported, imported before the guard binds (an
 #: added hook is `tampering`): filelock, on Python 3.12+ (its fork-safety hook), which torch.compile's inductor
 #: imports, would otherwise fail an honest torch.compile candidate (second review, twenty-third session).
@@ -67,6 +65,8 @@ IMPORTED_FIRST = ("filelock",)
 #: Classes of the standard library whose methods the worker's replies go through (channel.py: json.dumps builds
 #: a JSONEncoder for each message): watched as the judge's own classes are.
 STANDARD_CLASSES = (("json.encoder", "JSONEncoder"), ("json.decoder", "JSONDecoder"))
+#: The dispatcher's operations the worker's hand-over of an output goes through (proc/tensorwire.py): a
+#: kernel registered for one of them after the guard bound (torch.library) is `tampering`.
 COPY_OPS = ("aten::copy_", "aten::clone", "aten::detach", "aten::view", "aten::_reshape_alias", "aten::_to_copy")
 
 
