@@ -1,12 +1,17 @@
 """The worker's timing reply forged with numbers no clock gives (negative): they are refused at the
-boundary, never averaged."""
+boundary, never averaged. The reply is forged by the worker's own handler table, an instance's dict, which the
+guard does not watch (its classes it does): the judge's check of the numbers is what refuses it."""
+import gc
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import kerneljudge.proc.timed as timed
+from kerneljudge import protocol
+from kerneljudge.worker.server import Worker
 
-timed.TimedModel.batch = lambda self, first, count, refills, *watch: [-1.0] * count
+for server in [o for o in gc.get_objects() if isinstance(o, Worker)]:
+    server.handlers[protocol.TimeBatch] = lambda request, blobs: ({"samples_ms": [-1.0] * request.count}, [])
 
 
 class ModelNew(nn.Module):

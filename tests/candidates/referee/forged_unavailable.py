@@ -1,12 +1,18 @@
 """The worker's timing setup forged to say the candidate cannot be timed (a reply only the referee may give,
-for a reference torch.compile fails on): it is `tampering`, not a crash of the judge."""
+for a reference torch.compile fails on): it is `tampering`, not a crash of the judge. The reply is forged by the
+worker's own handler table, an instance's dict, which the guard does not watch (its classes it does): the
+judge's referee-side rule is what catches it."""
+import gc
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import kerneljudge.proc.timed as timed
+from kerneljudge import protocol
+from kerneljudge.worker.server import Worker
 
-timed.TimedModel.describe = lambda self, call: {"unavailable": "not today"}
+for server in [o for o in gc.get_objects() if isinstance(o, Worker)]:
+    server.handlers[protocol.TimeSetup] = lambda request, blobs: ({"unavailable": "not today"}, [])
 
 
 class ModelNew(nn.Module):
