@@ -273,7 +273,7 @@ def write_doc() -> None:
                   "within a device call): " + ", ".join(sorted(killed)) if killed else "")
                   + (f"; peak / footprint ({len(ratios)} rows measured request by request): median "
                      f"{sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}, {len(above)} above 3x" if ratios else "")
-                  + (f" ({sum((r.get('ratio_less_workspaces') or 99) <= 3 for r in above)} of them at or under 3x "
+                  + (f" ({sum(r.get('ratio_less_workspaces') is not None and r['ratio_less_workspaces'] <= 3 for r in above)} of them at or under 3x "
                      "less the processes' cuBLAS workspaces)" if any(r.get("ratio_less_workspaces") is not None
                                                                      for r in above) else "")
                   + (f"; sum / footprint: median {sorted(sums)[len(sums) // 2]:.2f}, max {max(sums):.2f}" if sums else "")

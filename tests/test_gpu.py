@@ -212,8 +212,7 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     float32 and the output was within the tolerance, twenty-third session) with a 256 MiB output: the reference's
     native output misses the float64 truth, so it is kept for the comparisons that fall back to it
     (`reference-imprecise`), in pinned host memory (referee/session.NATIVE_IN_HOST_FROM_BYTES), read a block at a
-    time: between draws the referee holds
-    the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
+    time: between draws the referee holds the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
     it was the worker's output beside the referee's native output and truth: 3.15 footprints at level1/54). The
     honest candidate passes against the native output, a wrong one fails."""
     problem, honest, wrong = _problem_honest_and_wrong(tmp_path, TF32_CONVOLUTION)

@@ -214,8 +214,8 @@ def probe_parameters(j: Judging) -> list[Finding]:
     together, then one of them, drawn in secret, swapped under its object (`.data = new`: a cache keyed on each
     object's identity and version counter passed every other change; one entry costs a fraction of all of them,
     a second "all together" change of a large model's parameters in both processes), then a state-dict round
-    trip; after each change the candidate must match on new inputs. A cache keyed on one parameter only passes the changes of all together, not those
-    of the others alone."""
+    trip; after each change the candidate must match on new inputs. A cache keyed on one parameter only passes
+    the changes of all together, not those of the others alone."""
     names = protocol.strings(j.take(j.referee.call(protocol.StateEntries()), STAGE).get("names"), "names")
     alone = alone_sample(names, _seed(j, "alone"))
     j.info["parameters_changed_alone"] = {"entries": len(names), "changed_alone": alone}

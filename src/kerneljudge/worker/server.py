@@ -331,10 +331,9 @@ class Worker:
         """New values of the reference's entries written into ModelNew (`held`: its entries), each before the
         next is made: copied into the tensors it holds ("in-place"), as new Parameter or buffer objects
         ("replace"), as new tensors under the same objects ("data"), or through its own state dict with these
-        entries changed, loaded back at once
-        ("state-dict": their copies all held until then). `fresh`: the values are new tensors made here, taken
-        as they are where ModelNew's entry has their dtype and device (no second copy of a 4 GB weight beside
-        the old one); a value that is ModelNew's own entry, changed in place, needs no writing. Where ModelNew
+        entries changed, loaded back at once ("state-dict": their copies all held until then). `fresh`: the values
+        are new tensors made here, taken as they are where ModelNew's entry has their dtype and device (no second
+        copy of a 4 GB weight beside the old one); a value that is ModelNew's own entry, changed in place, needs no writing. Where ModelNew
         holds an entry in another dtype or on another device and this process keeps no copy of it yet, the
         value becomes that copy (the next change is made on it, not on ModelNew's rounding). The reply carries
         the values' fingerprint, which the judge holds against the referee's (proc/perturb.fingerprint)."""
