@@ -262,6 +262,38 @@ def test_a_model_mixing_rows_is_cut_by_columns_and_one_mixing_both_is_not_chunke
     assert "no-float64-reference" in codes(result)
 
 
+@needs_kernelbench
+def test_a_loss_over_the_batch_is_reduced_from_chunks_of_it(fast, tmp_path):
+    """level1/99 (a triplet margin loss, the mean over the batch: its float64 run was whole, 3.2 footprints on an
+    H100) over a 1 MB budget: the chunks' losses weighted by their lengths; a loss summed over the batch is their
+    sum; a candidate off by 1e-2 is still told off against the float64 truth. A scalar that is neither (the
+    largest row's norm) is not cut: native truth."""
+    triplet = KERNELBENCH / "level1" / "99_TripletMarginLoss.py"
+    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    sizes = (("batch_size", "255"), ("input_shape", "(4096,)"))  # 24 chunks, the last of 2 rows
+    result = api.evaluate(triplet, honest(triplet, tmp_path), options, overrides=sizes)
+    assert result.verdict == "pass", result.findings
+    plan = result.memory["reference"]
+    assert plan["float64"] == "chunked" and plan["chunks"] > 1, plan
+    assert "input 0 dim 0, input 1 dim 0, input 2 dim 0; outputs the mean of the chunks'" in plan["along"], plan
+    assert all(t.compared_to == "float64" for t in result.trials)
+    off = tmp_path / "off.py"
+    off.write_text(honest(triplet, tmp_path).read_text().replace(
+        "return self.loss_fn(anchor, positive, negative)", "return self.loss_fn(anchor, positive, negative) + 1e-2"))
+    result = api.evaluate(triplet, off, options, overrides=sizes)
+    assert result.verdict == "fail" and result.trials[0].compared_to == "float64", result.findings
+    sizes = "batch_size = 64\ndim = 16384"
+    summed = problem_file(tmp_path, "summed", "(x * x).sum()", sizes=sizes)
+    result = api.evaluate(summed, honest(summed, tmp_path), options)
+    assert result.verdict == "pass", result.findings
+    assert "outputs the sum of the chunks'" in result.memory["reference"]["along"], result.memory["reference"]
+    assert all(t.compared_to == "float64" for t in result.trials)
+    largest = problem_file(tmp_path, "largest", "x.norm(dim=1).max()", sizes=sizes)
+    result = api.evaluate(largest, honest(largest, tmp_path), options)
+    assert result.verdict == "pass", result.findings
+    assert result.memory["reference"]["float64"] == "native", result.memory["reference"]
+
+
 def test_problem_too_large_before_any_work(fast, tmp_path):
     problem = problem_file(tmp_path, "huge", "torch.sigmoid(x)", sizes="batch_size = 1 << 20\ndim = 1 << 20")
     result = api.evaluate(problem, honest(problem, tmp_path), fast)

@@ -10,6 +10,8 @@ are cut into chunks (`Split`: along the batch dimension, or a matrix product's r
 operand by its columns) and the float64 reference runs chunk by chunk. That is only right for a separable model
 (row i of the output depends on row i of the inputs alone, or column j on column j), which is verified first on a
 secret sample of positions: the native reference on those alone must give the same positions of its full output.
+A model whose outputs are scalars (a loss over the batch) is cut along the batch when its output is the mean of
+the chunks' (weighted by their lengths) or their sum, verified on a secret sample's two halves.
 The truth is kept in float32 where the output is not float64 (its rounding, 6e-8 relative, is under a thousandth
 of the float32 tolerance), so it is no larger than the output. The chosen cut is then checked whole: the native
 reference run over the very chunks must give its full output (`_chunks_agree`).
@@ -200,20 +202,23 @@ def _kept(out64, expected):
 @dataclass(frozen=True)
 class Split:
     """How the float64 run is cut into chunks: each input along its dimension in `dims` (None: whole to every
-    chunk), the outputs along `out_dim`, which is `size` long."""
+    chunk), the outputs along `out_dim`, which is `size` long; or, for a model whose outputs are scalars (a loss over
+    the batch), `reduce`: each output the mean of the chunks' own (weighted by their lengths) or their sum."""
 
     dims: tuple[int | None, ...]
     out_dim: int
     size: int
+    reduce: str | None = None  # "mean" or "sum"; `out_dim` is then unused
 
     def describe(self) -> str:
         cut = ", ".join(f"input {i} dim {d}" for i, d in enumerate(self.dims) if d is not None)
-        return f"{cut}; outputs' dim {self.out_dim}"
+        return f"{cut}; outputs the {self.reduce} of the chunks'" if self.reduce else f"{cut}; outputs' dim {self.out_dim}"
 
     def crosses(self, other: "Split") -> bool:
         """Whether chunks of this split and of `other` can be crossed in a grid: they cut different inputs
         and different dimensions of the outputs (a matrix product's left operand by rows, its right by columns)."""
-        return self.out_dim != other.out_dim and all(d is None or e is None for d, e in zip(self.dims, other.dims))
+        return (self.reduce is None and other.reduce is None and self.out_dim != other.out_dim
+                and all(d is None or e is None for d, e in zip(self.dims, other.dims)))
 
 
 Cuts = tuple[tuple[Split, int], ...]  # the splits a float64 run is cut along, with their counts of chunks
@@ -226,9 +231,12 @@ def _rows(inputs: list, index: torch.Tensor, split: Split) -> list:
             for a, d in zip(inputs, split.dims)]
 
 
-def _outputs(out) -> list | None:
+def _outputs(out, *, scalars: bool = False) -> list | None:
+    """The output tensors, each with a dimension to cut along (`scalars`: each a floating-point scalar instead);
+    None when they are not all so."""
     tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
-    return tensors if tensors and all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors) else None
+    wanted = (lambda t: t.dim() == 0 and t.is_floating_point()) if scalars else (lambda t: t.dim() > 0)
+    return tensors if tensors and all(isinstance(t, torch.Tensor) and wanted(t) for t in tensors) else None
 
 
 def _splits(inputs: list, expected) -> list[Split]:
@@ -236,14 +244,17 @@ def _splits(inputs: list, expected) -> list[Split]:
     whose dimension 0 is the first one's (x and its mask), the first alone (a matrix product's left operand by
     rows), and any one input along its first or last dimension with the outputs along theirs of that length (a
     matrix product's right operand by columns, as the output's: A @ B cut by A's rows upcasts all of B for each
-    chunk, by B's columns all of A). Ties keep that order."""
+    chunk, by B's columns all of A). Ties keep that order. Outputs that are scalars (a loss over the batch) are the
+    mean of the chunks' (cut the first way) or their sum."""
     outs = _outputs(expected)
     tensors = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.dim() > 0]
-    if outs is None or not tensors:
+    if not tensors or (outs is None and _outputs(expected, scalars=True) is None):
         return []
     batch = inputs[tensors[0]].shape[0]
-    found = [Split(tuple(0 if i in tensors and inputs[i].shape[0] == batch else None for i in range(len(inputs))), 0, batch),
-             Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
+    along_batch = tuple(0 if i in tensors and inputs[i].shape[0] == batch else None for i in range(len(inputs)))
+    if outs is None:
+        return [Split(along_batch, 0, batch, reduce) for reduce in ("mean", "sum") if batch > 1]
+    found = [Split(along_batch, 0, batch), Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
     integer_inputs = [j for j in tensors if not inputs[j].is_floating_point()]
     for i in tensors:
         if integer_inputs and integer_inputs != [i]:  # an index input left whole beside a cut one: on a GPU, a
@@ -333,19 +344,35 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
     on the sample, a shape that does not fit, is not separable). Only splits whose outputs' dimension has the
     split's length are tried (an index past the output's rows is a device-side assert on a GPU, poisoning the
     process; seen with A.T @ B, level1/16, whose output has M rows and A has K)."""
-    want_all = _outputs(expected)
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     for split in splits:
-        count = max(1, min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
+        count = max(2 if split.reduce else 1, min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
         index = torch.randperm(split.size, generator=generator)[:count].sort().values
-        want = [t.index_select(split.out_dim, index.to(t.device)) for t in want_all]
         try:
-            got = _outputs(native(_rows(inputs, index, split)))
+            if split.reduce:  # the sample's outputs, and its two halves' reduced
+                halves = (index[:count // 2], index[count // 2:])
+                got = _reduced(split, [(len(h), native(_rows(inputs, h, split))) for h in halves])
+                want = _outputs(native(_rows(inputs, index, split)), scalars=True)
+            else:
+                want = [t.index_select(split.out_dim, index.to(t.device)) for t in _outputs(expected)]
+                got = _outputs(native(_rows(inputs, index, split)))
         except Exception:  # noqa: BLE001 - these positions alone do not make a valid call: not this split
             continue
-        if _agree(got, want):
+        if want is not None and _agree(got, want):
             return split
     return None
+
+
+def _reduced(split: Split, pieces: list[tuple[int, Any]]) -> list[torch.Tensor] | None:
+    """The outputs of a model whose outputs are scalars, from each piece's (its count of positions, its outputs) as
+    `split.reduce` says: the mean weighted by the counts, or the sum; in float64. None where a piece's outputs are
+    not scalars."""
+    total = sum(count for count, _ in pieces)
+    outputs = [_outputs(out, scalars=True) for _, out in pieces]
+    if any(out is None or len(out) != len(outputs[0]) for out in outputs):
+        return None
+    weights = [count / total if split.reduce == "mean" else 1.0 for count, _ in pieces]
+    return [sum(out[k].double() * w for out, w in zip(outputs, weights)) for k in range(len(outputs[0]))]
 
 
 def _agree(got: list | None, want: list) -> bool:
@@ -361,28 +388,42 @@ def _chunks_agree(native: Callable[[list], Any], inputs: list, expected, cuts: C
     full output (to SEPARABLE_TOLERANCE): the secret sample misses a model whose positions depend on one other
     position (x / x.abs().max(), an anchor column) whenever the sample holds it, as likely as a chunk is long
     over the dimension's length (half the draws of such a model cut in two passed, their truth wrong)."""
+    scalars = cuts[0][0].reduce is not None
     try:
-        assembled = _outputs(_chunked(native, inputs, expected, cuts, upcast=False))
+        assembled = _outputs(_chunked(native, inputs, expected, cuts, upcast=False), scalars=scalars)
     except Exception:  # noqa: BLE001 - the chunks alone do not make valid calls
         return False
-    return _agree(assembled, _outputs(expected))
+    return _agree(assembled, _outputs(expected, scalars=scalars))
 
 
 def _chunked(run64: Callable[[list], Any], inputs: list, expected, cuts: Cuts, *, upcast: bool = True):
     """The float64 reference chunk by chunk along the cuts (every chunk of one crossed with every chunk of the
     other, for two; `upcast` False: the given run on copies of the chunks as they are), written into tensors shaped
-    like the native outputs, in float32 (float64 where the native output is float64)."""
-    natives = _outputs(expected)
-    truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
-                         device=t.device) for t in natives]
+    like the native outputs, in float32 (float64 where the native output is float64); scalar outputs reduced from
+    the chunks' (`_reduced`)."""
+    def call(chunk: list):
+        return run64(_upcast_copy(chunk) if upcast else clone_args(chunk))
+
     spans = [[(begin, min(step, split.size - begin)) for begin in range(0, split.size, step)]
              for split, count in cuts for step in [math.ceil(split.size / count)]]
-    for parts in itertools.product(*spans):
-        chunk, regions = list(inputs), []  # the chunk is upcast from views: no float32 copy of it first
-        for (split, _), (begin, count) in zip(cuts, parts):
-            chunk = [a.narrow(d, begin, count) if d is not None else a for a, d in zip(chunk, split.dims)]
-            regions.append((split.out_dim, begin, count))
-        _place(truth, run64(_upcast_copy(chunk) if upcast else clone_args(chunk)), regions)
+
+    def chunks():  # (the inputs' chunk, as views: upcast from them, no float32 copy first; its (begin, count) per cut)
+        for parts in itertools.product(*spans):
+            chunk = list(inputs)
+            for (split, _), (begin, count) in zip(cuts, parts):
+                chunk = [a.narrow(d, begin, count) if d is not None else a for a, d in zip(chunk, split.dims)]
+            yield chunk, parts
+
+    first = cuts[0][0]
+    if first.reduce is not None:  # (a reduction is never crossed: one cut)
+        reduced = _reduced(first, [(parts[0][1], call(chunk)) for chunk, parts in chunks()])
+        if reduced is None:
+            raise ValueError("a chunk's outputs are not scalars")
+        return _kept(reduced[0] if isinstance(expected, torch.Tensor) else tuple(reduced), expected)
+    truth = [torch.empty(t.shape, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32,
+                         device=t.device) for t in _outputs(expected)]
+    for chunk, parts in chunks():
+        _place(truth, call(chunk), [(split.out_dim, begin, count) for (split, _), (begin, count) in zip(cuts, parts)])
     return truth[0] if isinstance(expected, torch.Tensor) else tuple(truth)
 
 
