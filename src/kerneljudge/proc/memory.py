@@ -157,6 +157,15 @@ def peaks(device: torch.device, baseline_rss_bytes: int) -> dict[str, Any]:
     return data
 
 
+def make_cublas_workspaces(device: torch.device) -> None:
+    """Have torch make this process's cuBLAS workspaces for the current stream now (a product through cuBLAS and
+    one with a bias through cuBLASLt, of 2 x 2 matrices), so that a call measured after this does not count them
+    among its own memory: they are the process's fixed cost (`cublas_workspaces_bytes`), not the call's."""
+    if device.type == "cuda":
+        square = torch.ones(2, 2, device=device)
+        torch.nn.functional.linear(square @ square, square, square[0])
+
+
 def cublas_workspaces_bytes(device: torch.device) -> int:
     """The cuBLAS workspaces this process holds on a GPU: torch makes one per cuBLAS handle and stream at the
     stream's first matrix product (32 MiB each on a Hopper GPU by default) through the caching allocator and
