@@ -348,6 +348,17 @@ def test_changing_its_inputs_only_while_timed_is_input_mutation(fast):
     assert messages(result, "input-mutation")[0].startswith("timed call ")
 
 
+def test_an_input_overwritten_then_repointed_at_a_copy_is_caught(fast):
+    """`x.set_(saved)` after writing into x: the tensor object looks untouched, the caller's memory is not."""
+    assert_caught(judge(fast, "mutate_then_repoint", probes=False), "input-mutation")
+
+
+def test_a_candidate_wrapping_the_problems_get_inputs_is_tampering(fast):
+    result = judge(fast, "wrap_get_inputs", probes=False)
+    assert_caught(result, "tampering")
+    assert "the problem module.get_inputs" in " ".join(messages(result, "tampering"))
+
+
 def test_a_candidate_hanging_only_while_timed_is_stopped_after_its_batchs_limit(fast, monkeypatch):
     """A batch may take TIMED_BATCH_REFERENCE_FACTOR times the reference's time for its calls, at least
     TIMED_BATCH_MIN_S (here 3 s, a minute by default): the worker is stopped then (`timeout`, naming that

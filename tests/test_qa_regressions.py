@@ -124,3 +124,31 @@ def test_options_take_paths_as_strings(fast, tmp_path):
     timing = {**CUT_SHORT, "budget_ms": 20.0}
     result = api.evaluate(RELU, "@pytorch", options.replace(timing=timing))
     assert result.verdict == "pass" and (tmp_path / "results.sqlite").exists()
+
+
+# QA 24 (a red-team round on the CPU): outputs the channel read by their bytes or could not carry, and a
+# candidate's own constant taken for a copy of the problem's.
+
+def test_a_negative_views_values_are_compared_not_its_bytes(fast):
+    wrong = api.evaluate(RELU, QA / "neg_view_wrong.py", fast, probes=False)
+    assert wrong.verdict == "fail" and "wrong-output" in codes(wrong), [f.message for f in wrong.findings]
+    honest = api.evaluate(RELU, QA / "neg_view_honest.py", fast, probes=False)
+    assert honest.verdict == "pass", [f.message for f in honest.findings if f.severity in ("fail", "error")]
+
+
+def test_outputs_the_channel_does_not_carry_are_a_dtype_or_shape_mismatch(fast):
+    float8 = api.evaluate(RELU, QA / "float8_output.py", fast, probes=False)
+    assert float8.verdict == "fail" and codes(float8) >= {"output-dtype"}, [f.message for f in float8.findings]
+    assert "judge-error" not in codes(float8)
+    assert "torch.float8_e4m3fn, expected torch.float32" in next(f.message for f in float8.findings
+                                                                  if f.code == "output-dtype")
+    many = api.evaluate(RELU, QA / "many_dims_output.py", fast, probes=False)
+    assert many.verdict == "fail" and "output-shape" in codes(many) and "tampering" not in codes(many), \
+        [f.message for f in many.findings]
+
+
+def test_a_candidates_own_constant_of_a_problems_name_is_left_alone(fast):
+    """level1/23's preset changes `dim` (the feature size, 16384 in the file); the candidate's `dim = 1` is its axis."""
+    result = api.evaluate("level1/23", QA / "own_dim_constant.py", fast, probes=False)
+    assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
+    assert "candidate-constants" not in codes(result)

@@ -395,6 +395,22 @@ def test_the_worker_sees_neither_the_store_nor_the_judge_servers_socket(attack, 
     assert result.verdict == "pass", codes(result)
 
 
+@needs("mount")
+def test_the_users_default_store_is_hidden_from_a_run_that_records_elsewhere(attack, fast, tmp_path, monkeypatch):
+    """A run with no store (`--no-store`), or with another one, still hides the store the user's runs write by
+    default: its records hold other candidates' sources (QA 24 read them from the worker of a `--no-store` run)."""
+    monkeypatch.delenv("KERNELJUDGE_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    default = tmp_path / "data" / "kerneljudge" / "results.sqlite"
+    default.parent.mkdir(parents=True)
+    Store(default)
+    monkeypatch.setenv("KJ_TEST_STORE", str(default))
+    monkeypatch.setenv("KERNELJUDGE_SOCKET", str(tmp_path / "no-server.sock"))
+    result, said = attack("peek", fast.replace(store_path=None))
+    assert said[:2] == ["blocked", str(errno.EACCES)], said
+    assert result.verdict == "pass", codes(result)
+
+
 def test_without_the_read_only_view_the_store_and_the_socket_are_reached(attack, fast, tmp_path, monkeypatch):
     """The control: the same attack with the mount layer off reads the store and reaches the server."""
     result, said, conn = _peek(attack, fast, tmp_path, monkeypatch, sandbox_off=("mount",))

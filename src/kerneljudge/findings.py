@@ -88,9 +88,10 @@ def _specs() -> dict[str, Spec]:
              "Never write into the inputs; allocate the output (torch.empty_like) and write there.", catalog_row=2),
         Spec("output-alias", "fail", "The output shares memory with an input or a parameter",
              "Return a newly allocated tensor, not an input, a parameter or a view of one.", catalog_row=3),
-        Spec("stale-parameters", "fail", "Output is stale after the parameters changed",
-             "Recompute derived values when a parameter changes: key the cache on each parameter's "
-             "(id, _version, data_ptr, device, dtype) and refresh when it differs.", catalog_row=1),
+        Spec("stale-parameters", "fail", "Output does not follow a change of the parameters",
+             "Use every parameter in forward as the reference does, and recompute derived values when one "
+             "changes: key a cache on each parameter's (id, _version, data_ptr, device, dtype) and refresh when "
+             "it differs.", catalog_row=1),
         Spec("stale-inputs", "fail", "Output is stale after the same input buffers received new values",
              "Do not memoise outputs by input address, id() or a partial hash: compute from the values every call.",
              catalog_row=4),

@@ -54,6 +54,10 @@ def default_store_path() -> Path:
     env = os.environ.get("KERNELJUDGE_STORE")
     if env:
         return Path(env).expanduser()
+    return _home_store_path()
+
+
+def _home_store_path() -> Path:
     base = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")).expanduser()
     return base / "kerneljudge" / "results.sqlite"
 
@@ -243,13 +247,15 @@ class Options:
                 object.__setattr__(self, name, Path(value))
     def worker_options(self) -> WorkerOptions:
         """The worker's options with what the sandbox must know of this run: the cache (its build sections
-        are writable), the results store (watched, and hidden with its journal files: other candidates'
-        sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
+        are writable), the results store (watched), every store this user's runs write by default besides it (one
+        run with `--no-store` or another store is still the user's: hidden with its journal files too, as other
+        candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()
-        journals = tuple(path.with_name(path.name + end) for path in store for end in ("-wal", "-shm", "-journal"))
+        stores = tuple(dict.fromkeys(store + (default_store_path(), _home_store_path())))
+        journals = tuple(path.with_name(path.name + end) for path in stores for end in ("-wal", "-shm", "-journal"))
         return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir),
                                    watched=tuple(self.worker.watched) + store,
-                                   hidden=tuple(self.worker.hidden) + store + journals + (default_server_socket(),))
+                                   hidden=tuple(self.worker.hidden) + stores + journals + (default_server_socket(),))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).

@@ -105,6 +105,13 @@ def refill(buffers: list, values: list) -> list:
     return buffers
 
 
+def caller_views(args: list) -> list:
+    """Views of the inputs' memory as the caller holds it (new tensor objects over the same storage), for a look at
+    the inputs after a call: a candidate that writes into an input and then re-points its argument at a copy of
+    the original values (`x.set_(saved)`) changes its own object, not these."""
+    return [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+
+
 def clone_args(args: list) -> list:
     return [a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args]
 

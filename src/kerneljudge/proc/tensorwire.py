@@ -74,6 +74,7 @@ def pack_tensor(t: torch.Tensor, export: Export | None = None) -> tuple[dict[str
     dtype = str(t.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
         raise WireError(f"dtype {dtype} cannot cross the channel")
+    t = t.resolve_conj().resolve_neg()  # its values, not its bytes: a negative or conjugate view's bits are the opposite
     meta = {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}
     shared = export(t) if export is not None and t.is_cuda and t.numel() * t.element_size() >= sealed.MIN_BYTES \
         else None
@@ -129,7 +130,7 @@ def describe_output(out, export: Export | None = None) -> tuple[dict[str, Any], 
         storageless = bool(t.numel()) and (t.is_meta or _storage_bytes(t) == 0)
         fact = {"exact": exact, "type": f"{type(t).__module__}.{type(t).__qualname__}", "device": str(t.device),
                 "storageless": storageless}
-        if exact and not storageless:
+        if exact and not storageless and crossable(t):
             m, b = pack_tensor(t, export)
             _add(m, b, blobs)
             fact.update(m)
@@ -137,6 +138,12 @@ def describe_output(out, export: Export | None = None) -> tuple[dict[str, Any], 
             fact.update(dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
         tensors.append(fact)
     return {"kind": kind, "tensors": tensors}, blobs
+
+
+def crossable(t: torch.Tensor) -> bool:
+    """Whether a tensor's values can cross: a dtype of DTYPES and at most MAX_DIMS dimensions. An output that
+    cannot is described by its dtype and shape alone, which the referee finds differ from the reference's."""
+    return str(t.dtype).removeprefix("torch.") in DTYPES and t.dim() <= MAX_DIMS
 
 
 def _storage_bytes(t: torch.Tensor) -> int:
@@ -162,7 +169,7 @@ def _dtype_shape(meta: Any) -> tuple[torch.dtype, list[int]]:
 
 def output_bytes(meta: dict[str, Any]) -> int:
     """The bytes of a described output's tensors (its description checked as `unpack_output` does)."""
-    return sum(_nbytes(*_dtype_shape(fact)) for fact in _output_facts(meta)[1])
+    return sum(_nbytes(*_dtype_shape(fact)) for fact in _output_facts(meta)[1] if "blob" in fact or "shared" in fact)
 
 
 def values_bytes(meta: list) -> int:

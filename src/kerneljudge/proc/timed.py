@@ -15,7 +15,7 @@ import torch
 
 from kerneljudge import timing
 from kerneljudge.proc import memory
-from kerneljudge.proc.inputs import generators_kept, make_inputs, refill, synchronize
+from kerneljudge.proc.inputs import caller_views, generators_kept, make_inputs, refill, synchronize
 from kerneljudge.proc.streamhold import StreamHold
 
 INPUT_SET_BUDGET_BYTES = 2 << 30  # rotation sets beyond this are not allocated
@@ -39,6 +39,7 @@ class TimedModel:
         budget = min(INPUT_SET_BUDGET_BYTES, memory.device_free_bytes(device) // INPUT_SET_FREE_SHARE)
         count = max(1, min(len(set_seeds), budget // per_set))
         self.sets = [first] + [make_inputs(problem, s, device) for s in set_seeds[1:count]]
+        self.views = [caller_views(inputs) for inputs in self.sets]  # each set's memory as the calls left it
         self.outputs: dict[int, Any] = {}
         if method == "cuda-graph":
             self.timer = timing.cuda_graph_timer(device, timing.L2Flusher.for_cuda_device(device),

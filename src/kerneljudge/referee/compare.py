@@ -21,6 +21,7 @@ from kerneljudge.records import Finding, Trial
 STAGE = "check"
 WORST_SHOWN = 5  # elements listed on a failing trial, the message names the first WORST_IN_MESSAGE
 WORST_IN_MESSAGE = 3
+MAX_SHOWN_DIMS = 24  # of a mismatched shape the worker described (one that did not cross may have any number)
 # Elements compared at once, at most, whatever the output's size: a block's float64 temporaries (about 66
 # bytes an element at the comparison's peak) stay near 17 MB on a CPU and 132 MB on a GPU, where larger blocks
 # keep launches fewer (a whole 16M-element output at once took 2 GB, ten times the footprint of a 4096x4096
@@ -152,14 +153,18 @@ def structure_problem(received: Received, outline: Outline) -> Finding | None:
         if not fact.get("exact"):
             return Finding.of("output-type", f"output is a {str(fact.get('type'))[:120]}, a subclass of "
                               "torch.Tensor; a plain torch.Tensor is required", stage=STAGE)
+        # (a tensor that did not cross, its dtype or dimensions not carried: its process's description of them)
+        shape = list(c.shape) if c is not None else fact.get("shape")
+        dtype = str(c.dtype) if c is not None else f"torch.{str(fact.get('dtype'))[:40]}"
+        if shape != list(r.shape):
+            shown = tuple(shape[:MAX_SHOWN_DIMS]) if isinstance(shape, list) else "unknown"
+            return Finding.of("output-shape", f"output shape {shown}, expected {tuple(r.shape)}", stage=STAGE,
+                              got=list(shown) if isinstance(shown, tuple) else None, expected=list(r.shape))
+        if dtype != str(r.dtype):
+            return Finding.of("output-dtype", f"output dtype {dtype}, expected {r.dtype}", stage=STAGE)
         if fact.get("storageless") or c is None:
             return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
                               stage=STAGE)
-        if c.shape != r.shape:
-            return Finding.of("output-shape", f"output shape {tuple(c.shape)}, expected {tuple(r.shape)}",
-                              stage=STAGE, got=list(c.shape), expected=list(r.shape))
-        if c.dtype != r.dtype:
-            return Finding.of("output-dtype", f"output dtype {c.dtype}, expected {r.dtype}", stage=STAGE)
         if torch.device(str(fact.get("device"))) != r.device:
             return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
     return None

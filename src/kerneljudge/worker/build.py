@@ -151,24 +151,26 @@ def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
     sourcefile.with_constants)."""
     module = types.ModuleType("kj_problem")
     module.__file__ = path
-    code = compile(sourcefile.with_constants(source, changed_constants(source, constants), path), path, "exec")
+    changed = {k: new for k, (_, new) in changed_constants(source, constants).items()}
+    code = compile(sourcefile.with_constants(source, changed, path), path, "exec")
     exec(code, module.__dict__)  # noqa: S102 - the problem file is the user's reference, run in the worker
     return module
 
 
 def changed_constants(source: str, constants: dict) -> dict:
-    """The run's constants that differ from the values written in `source`. They came as JSON, where a
-    tuple became a list: each takes its file value's type back."""
+    """The run's constants that differ from the values written in `source`, as {name: (written, run's)}. They
+    came as JSON, where a tuple became a list: each takes its file value's type back."""
     written = sourcefile.constants(sourcefile.parse(source, "<problem>"))
     typed = {k: type(written[k])(v) if isinstance(v, list) and isinstance(written.get(k), tuple) else v
              for k, v in constants.items()}
-    return {k: v for k, v in typed.items() if k in written and written[k] != v}
+    return {k: (written[k], v) for k, v in typed.items() if k in written and written[k] != v}
 
 
 def candidate_constants(path: str, problem_source: str, constants: dict) -> tuple[dict, Finding | None]:
-    """The run's changed sizes that the candidate also defines as module-level constants, to be set in the
-    candidate too (a candidate that builds its state from its own `batch_size` must see the run's), and
-    the notice saying so."""
+    """The run's changed sizes that the candidate also defines as module-level constants with the problem file's
+    value (its copy of them), to be set in the candidate too (a candidate that builds its state from its own
+    `batch_size` must see the run's), and the notice saying so. A constant of the same name and another value is
+    the candidate's own (`dim = 1`, a softmax's axis, beside the problem's `dim = 16384`): left as it is."""
     changed = changed_constants(problem_source, constants)
     if not changed:
         return {}, None
@@ -176,7 +178,8 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
         own = sourcefile.constants(sourcefile.parse(sourcefile.read(path), path))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return {}, None  # the import reports it
-    shared = {k: v for k, v in changed.items() if k in own and own[k] != v and type(own[k]) is type(v)}
+    shared = {k: new for k, (written, new) in changed.items()
+              if k in own and type(own[k]) is type(written) and own[k] == written}
     if not shared:
         return {}, None
     told = ", ".join(f"{k} = {own[k]!r} -> {v!r}" for k, v in shared.items())

@@ -151,15 +151,20 @@ class Guard:
             self.modes = self._modes()
             self.kernels = {op: torch._C._dispatch_dump(op) for op in COPY_OPS}
         for name, namespace in namespaces:
-            names = vars(namespace)
-            for attr, value in list(names.items()):
-                if callable(value) and not REPLACEABLE.search(attr):
-                    self.owned.append((names, attr, value, f"{name}.{attr}"))
-                    if isinstance(value, types.FunctionType):
-                        self.functions.setdefault(id(value), f"{name}.{attr}")
+            self.watch(name, namespace)
         self.functions.update({id(f): f"the guard's {f.__name__}" for f in vars(Guard).values()
                                if isinstance(f, types.FunctionType)})
         self.bound_hooks = _hooks()
+
+    def watch(self, name: str, namespace) -> None:
+        """The callables of a namespace, watched: the judge's (at `bind`), and one imported after the guard bound
+        (the problem's module, before the candidate's: the worker draws every input with its `get_inputs`, so a
+        candidate wrapping it would see each timed call's inputs before its call, outside the timing)."""
+        for attr, value in list(vars(namespace).items()):
+            if callable(value) and not REPLACEABLE.search(attr):
+                self.owned.append((vars(namespace), attr, value, f"{name}.{attr}"))
+                if isinstance(value, types.FunctionType):
+                    self.functions.setdefault(id(value), f"{name}.{attr}")
 
     def tampered(self, deep: bool = True) -> list[str]:
         """Watched names whose object changed since they were bound, watched functions whose code was

@@ -20,7 +20,7 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
-from kerneljudge.proc.inputs import build_seeded, equal_bits, make_inputs, refill, seed_generators
+from kerneljudge.proc.inputs import build_seeded, caller_views, equal_bits, make_inputs, refill, seed_generators
 from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, tie_key, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
@@ -177,6 +177,8 @@ class Worker:
             problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
         except Exception:  # noqa: BLE001 - the referee imports the problem too and reports its errors
             problem_module = None
+        if problem_module is not None:  # (its get_inputs makes every input the candidate gets: not the candidate's to wrap)
+            self.guard.watch("the problem module", problem_module)
         constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
         notices = [notice] if notice else []
         ops_before = optrace.registered_ops()
@@ -273,16 +275,17 @@ class Worker:
                 poison_free_memory(self.device, request.output_bytes or [_bytes(a) for a in args], request.scratch_bytes)
         if request.reseed is not None:
             seed_generators(request.reseed, self.device)
+        views = caller_views(args)
         called = self._call(args, "ModelNew.forward", "check")
         if called.failure:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            out_blobs = self._with_inputs(data, out_blobs, args,
-                                          share=shares_inputs(args, called.value, session.reference_bytes))
+            out_blobs = self._with_inputs(data, out_blobs, views,
+                                          share=shares_inputs(views, called.value, session.reference_bytes))
         if request.alias:
-            data["aliases"] = output_aliases(called.value, args, session.candidate)
+            data["aliases"] = output_aliases(called.value, views, session.candidate)
         session.output_sizes = [_bytes(t) for t in tensorwire.tensors_of(called.value)]
         return _reply([], blobs=out_blobs, **data)
 
@@ -504,7 +507,7 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(out, self._export())
         data: dict[str, Any] = {"output": output, "reused": reused}
         if request.inputs:  # shared where they lie (the judge asks only for inputs of bounded size)
-            out_blobs = self._with_inputs(data, out_blobs, self.timed.sets[request.index % len(self.timed.sets)],
+            out_blobs = self._with_inputs(data, out_blobs, self.timed.views[request.index % len(self.timed.views)],
                                           share=True)
         return _reply([], blobs=out_blobs, **data)
 
