@@ -151,19 +151,23 @@ def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
     sourcefile.with_constants)."""
     module = types.ModuleType("kj_problem")
     module.__file__ = path
-    changed = {k: new for k, (_, new) in changed_constants(source, constants).items()}
-    code = compile(sourcefile.with_constants(source, changed, path), path, "exec")
+    code = compile(sourcefile.with_constants(source, changed_constants(source, constants), path), path, "exec")
     exec(code, module.__dict__)  # noqa: S102 - the problem file is the user's reference, run in the worker
     return module
 
 
 def changed_constants(source: str, constants: dict) -> dict:
-    """The run's constants that differ from the values written in `source`, as {name: (written, run's)}. They
-    came as JSON, where a tuple became a list: each takes its file value's type back."""
-    written = sourcefile.constants(sourcefile.parse(source, "<problem>"))
+    """The run's constants that differ from the values written in `source`. They came as JSON, where a
+    tuple became a list: each takes its file value's type back."""
+    written = written_constants(source)
     typed = {k: type(written[k])(v) if isinstance(v, list) and isinstance(written.get(k), tuple) else v
              for k, v in constants.items()}
-    return {k: (written[k], v) for k, v in typed.items() if k in written and written[k] != v}
+    return {k: v for k, v in typed.items() if k in written and written[k] != v}
+
+
+def written_constants(source: str) -> dict:
+    """The module-level constants as the problem file writes them."""
+    return sourcefile.constants(sourcefile.parse(source, "<problem>"))
 
 
 def candidate_constants(path: str, problem_source: str, constants: dict) -> tuple[dict, Finding | None]:
@@ -178,8 +182,8 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
         own = sourcefile.constants(sourcefile.parse(sourcefile.read(path), path))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return {}, None  # the import reports it
-    shared = {k: new for k, (written, new) in changed.items()
-              if k in own and type(own[k]) is type(written) and own[k] == written}
+    written = written_constants(problem_source)
+    shared = {k: v for k, v in changed.items() if k in own and type(own[k]) is type(written[k]) and own[k] == written[k]}
     if not shared:
         return {}, None
     told = ", ".join(f"{k} = {own[k]!r} -> {v!r}" for k, v in shared.items())
