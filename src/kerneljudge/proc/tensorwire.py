@@ -74,7 +74,7 @@ def pack_tensor(t: torch.Tensor, export: Export | None = None) -> tuple[dict[str
     dtype = str(t.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
         raise WireError(f"dtype {dtype} cannot cross the channel")
-    t = t.resolve_conj().resolve_neg()  # its values, not its bytes: a negative or conjugate view's bits are the opposite
+    t = t.resolve_conj().resolve_neg()  # its values, not its bytes: a negative or conjugate view's are the opposite
     meta = {"t": "tensor", "dtype": dtype, "shape": list(t.shape)}
     shared = export(t) if export is not None and t.is_cuda and t.numel() * t.element_size() >= sealed.MIN_BYTES \
         else None

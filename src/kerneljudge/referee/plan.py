@@ -217,7 +217,8 @@ class Split:
 
     def describe(self) -> str:
         cut = ", ".join(f"input {i} dim {d}" for i, d in enumerate(self.dims) if d is not None)
-        return f"{cut}; outputs the {self.reduce} of the chunks'" if self.reduce else f"{cut}; outputs' dim {self.out_dim}"
+        return f"{cut}; outputs the {self.reduce} of the chunks'" if self.reduce else \
+            f"{cut}; outputs' dim {self.out_dim}"
 
     def crosses(self, other: "Split") -> bool:
         """Whether chunks of this split and of `other` can be crossed in a grid: they cut different inputs
@@ -259,7 +260,8 @@ def _splits(inputs: list, expected) -> list[Split]:
     along_batch = tuple(0 if i in tensors and inputs[i].shape[0] == batch else None for i in range(len(inputs)))
     if outs is None:
         return [Split(along_batch, 0, batch, reduce) for reduce in ("mean", "sum") if batch > 1]
-    found = [Split(along_batch, 0, batch), Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
+    found = [Split(along_batch, 0, batch),
+             Split(tuple(0 if i == tensors[0] else None for i in range(len(inputs))), 0, batch)]
     integer_inputs = [j for j in tensors if not inputs[j].is_floating_point()]
     for i in tensors:
         if integer_inputs and integer_inputs != [i]:  # an index input left whole beside a cut one: on a GPU, a
@@ -351,7 +353,8 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
     process; seen with A.T @ B, level1/16, whose output has M rows and A has K)."""
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     for split in splits:
-        count = max(2 if split.reduce else 1, min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
+        count = max(2 if split.reduce else 1,
+                    min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
         index = torch.randperm(split.size, generator=generator)[:count].sort().values
         try:
             if split.reduce:  # the sample's outputs, and its two halves' reduced

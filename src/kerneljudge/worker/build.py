@@ -183,7 +183,8 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
     except (OSError, UnicodeDecodeError, SyntaxError):
         return {}, None  # the import reports it
     written = written_constants(problem_source)
-    shared = {k: v for k, v in changed.items() if k in own and type(own[k]) is type(written[k]) and own[k] == written[k]}
+    shared = {k: v for k, v in changed.items()
+              if k in own and type(own[k]) is type(written[k]) and own[k] == written[k]}
     if not shared:
         return {}, None
     told = ", ".join(f"{k} = {own[k]!r} -> {v!r}" for k, v in shared.items())
