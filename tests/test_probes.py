@@ -193,7 +193,8 @@ def test_watched_timing_honest_control(fast):
 
 
 def test_range_plan_is_bounded_by_its_budget():
-    """In process, with a fake clock: each tried move costs 1 s of it; a 2.5 s budget tries three."""
+    """In process, with a fake clock that moves 1 s each time it is read: each target is moved once first (the
+    clock not read), then moves are tried while the 2.5 s budget lasts (two more); the rest are said untried."""
     import torch
 
     from kerneljudge.referee import ranges
@@ -212,5 +213,21 @@ def test_range_plan_is_bounded_by_its_budget():
     bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
     full = ranges.plan(model, args, 1, lambda: 0.0)
     assert len(bounded["probes"]) < len(full["probes"]) == ranges.MAX_PROBES
+    assert any("12 of the 16 candidate moves not tried" in s for s in bounded["skipped"]), bounded["skipped"]
+    assert not any("not tried" in s for s in full["skipped"])
+
+    class BiasOnly(torch.nn.Module):  # only a move of its bias reaches GELU's curved range
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.full((4,), 0.1))
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.bias * torch.ones_like(x))
+
+    # round robin over the targets: the input x10, then the bias x10, each target moved before the budget counts
+    # (all of the input's eight moves came first: level2/51 at full size on a CPU never moved a parameter)
+    ticks = iter(range(1000))
+    cut = ranges.plan(BiasOnly(), args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
+    assert "bias x10" in [json["label"] for json in cut["probes"]], cut
     assert full["sites"]["gelu#0"]["probed"] > full["sites"]["gelu#0"]["default"]
     assert all(torch.equal(entry, saved[name]) for name, entry in model.state_dict().items())  # put back

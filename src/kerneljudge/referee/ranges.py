@@ -38,7 +38,7 @@ CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "sil
           "_log_softmax": (-8.0, 0.0), "logsumexp": (-8.0, 0.0)}
 CENTERED = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "logsumexp"})
 BINS = 16  # a curved range is covered bin by bin
-SCALES = (0.1, 10.0, 100.0, -1.0)
+SCALES = (10.0, 100.0, -1.0, 0.1)  # (in the order tried: the first moves most into the curved ranges)
 SHIFTS = (-3.0, -1.0, 1.0, 3.0)
 OVERFLOW_SHIFT = 100.0  # an input a softmax-like op reads as it is: shifted by this (beside the MAX_PROBES)
 MAX_TENSORS = 8  # inputs and state entries tried (entries beyond it sampled with the secret seed)
@@ -106,19 +106,23 @@ def _candidates(model: torch.nn.Module, args: list, seed: int) -> list[Transform
         targets = [t for t in targets if t in chosen]
     if len(floating) > 1:
         targets.insert(0, INPUTS)
-    return [Transform(t, scale=s) for t in targets for s in SCALES] + [Transform(t, shift=s) for t in targets
-                                                                        for s in SHIFTS]
+    moves = [[Transform(t, scale=s) for s in SCALES] + [Transform(t, shift=s) for s in SHIFTS] for t in targets]
+    # round robin over the targets: a budget that ends early has moved each of them (level2/51 at full size on a
+    # CPU, ten seconds a call, tried its input alone, and a tanh GELU passed)
+    return [per_target[k] for k in range(len(SCALES) + len(SHIFTS)) for per_target in moves]
 
 
 def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], float],
          budget_ms: float = PLAN_BUDGET_MS) -> dict:
     """The transforms to probe with (as JSON), chosen greedily by the curved range they add to what the
     default draw covers, and what the default draw and the chosen ones cover (bins per op site). Candidate
-    transforms stop being tried once `budget_ms` has passed (a large model on a CPU). A state entry is moved
-    in place and put back from its copy in host memory (proc/perturb.move, as a range probe's move), so the
-    referee holds the model once on a GPU, at its own precision (the plan ran on a float64 copy of the model
-    once: three footprints of a Gemm problem's parameters in the referee; then beside a device copy of the moved
-    entry: 2.07 times a 1 GiB Linear's parameters, twenty-third session, the judge's peak with the worker's)."""
+    transforms stop being tried once `budget_ms` has passed (a large model on a CPU), but not before each target
+    was moved once (its first move: `_candidates` takes them round robin); the rest are said untried. A state
+    entry is moved in place and put back from its copy in host memory (proc/perturb.move, as a range probe's
+    move), so the referee holds the model once on a GPU, at its own precision (the plan ran on a float64 copy of
+    the model once: three footprints of a Gemm problem's parameters in the referee; then beside a device copy of
+    the moved entry: 2.07 times a 1 GiB Linear's parameters, twenty-third session, the judge's peak with the
+    worker's)."""
     centered_inputs: set[int] = set()
     base, base_rms = _covered(model, clone_args(args), centered_inputs) or ({}, 1.0)
     state = model.state_dict(keep_vars=True)
@@ -126,9 +130,13 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     found: list[tuple[Transform, dict[str, set[int]], float]] = []
     overflowing = []
     started = clock_ms()
-    for transform in _candidates(model, args, seed):
-        if clock_ms() - started > budget_ms:
+    candidates = _candidates(model, args, seed)
+    first_round = len({transform.target for transform in candidates})  # every target moved once, whatever the time
+    tried = 0
+    for transform in candidates:
+        if tried >= first_round and clock_ms() - started > budget_ms:
             break
+        tried += 1
         if transform.target in state:
             move(state, originals, transform)
             try:
@@ -164,8 +172,10 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
             chosen.append(shifted)
         else:
             overflowing.append(shifted.label)
+    untried = [f"{len(candidates) - tried} of the {len(candidates)} candidate moves not tried within the plan's "
+               f"{budget_ms / 1000:g} s (each a call of the reference)"] if tried < len(candidates) else []
     return {"probes": [t.to_json() for t in chosen],
-            "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]],
+            "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]] + untried,
             "sites": {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
                       for site, bins in covered.items()}}
 
