@@ -353,10 +353,17 @@ def test_an_input_overwritten_then_repointed_at_a_copy_is_caught(fast):
     assert_caught(judge(fast, "mutate_then_repoint", probes=False), "input-mutation")
 
 
-def test_a_candidate_wrapping_the_problems_get_inputs_is_tampering(fast):
-    result = judge(fast, "wrap_get_inputs", probes=False)
+def test_an_input_tensor_pointed_at_the_output_is_caught(fast):
+    """`x.set_(y)`, the memory it was given untouched: the caller's tensor changed all the same."""
+    assert_caught(judge(fast, "repoint_only", probes=False), "input-mutation")
+
+
+@pytest.mark.parametrize("name,replaced", [("wrap_get_inputs", "the problem module.get_inputs"),
+                                           ("wrap_torch_rand", "torch.rand")])
+def test_a_candidate_wrapping_what_draws_the_inputs_is_tampering(fast, name, replaced):
+    result = judge(fast, name, probes=False)
     assert_caught(result, "tampering")
-    assert "the problem module.get_inputs" in " ".join(messages(result, "tampering"))
+    assert replaced in " ".join(messages(result, "tampering"))
 
 
 def test_a_candidate_hanging_only_while_timed_is_stopped_after_its_batchs_limit(fast, monkeypatch):

@@ -294,6 +294,50 @@ def test_a_loss_over_the_batch_is_reduced_from_chunks_of_it(fast, tmp_path):
     assert result.memory["reference"]["float64"] == "native", result.memory["reference"]
 
 
+def test_a_scalar_that_cannot_tell_a_mean_from_a_sum_or_indexes_a_cut_input_is_not_cut():
+    """A hinge summed over inputs under its hinge (outputs of 0: a mean and a sum of the chunks agree there, and
+    a mean chosen then was wrong on every later draw, a range probe's x10 among them) and a mean over the rows an
+    integer input picks (left whole beside a cut input, its indices run past the chunk: a device-side assert on a
+    GPU) are not cut: the native truth, no error."""
+    from kerneljudge.referee.plan import Float64Plan
+
+    def planned(model, inputs):
+        plan = Float64Plan(torch.device("cpu"), None)
+        plan.chunks, plan.need, plan.whole_limit = 4, 1 << 40, 0  # over the budget, and too large whole
+        truth = plan.run(lambda args: model(*args), lambda args: model(*args), inputs, model(*inputs))
+        return plan.describe(), truth
+
+    plan, truth = planned(lambda x: torch.clamp(x - 1, min=0).sum(), [torch.rand(512, 64)])
+    assert plan["float64"] == "native" and truth is None, plan
+    plan, truth = planned(lambda x, i: x.index_select(0, i).pow(2).mean(),
+                          [torch.rand(4096, 16), torch.randint(0, 4096, (64,))])
+    assert plan["float64"] == "native" and truth is None, plan
+    from kerneljudge.referee.plan import _splits
+    assert _splits([torch.rand(4096, 16), torch.randint(0, 4096, (64,))], torch.tensor(1.0)) == []  # (GPU: the assert)
+    x = torch.rand(512, 64)
+    plan, truth = planned(lambda x: (x * x).mean(), [x])  # the control: cut, and the float64 mean
+    assert "outputs the mean of the chunks'" in plan["along"], plan
+    assert abs(float(truth) - float((x.double() ** 2).mean())) < 1e-7, (float(truth), plan)
+
+
+def test_a_reduction_chosen_on_the_first_draw_is_checked_on_every_draw():
+    """A scalar that is the mean of its chunks on the first draw (positive inputs) and their sum on another
+    (negative ones): the chunks' mean there is far from the native output, so the plan gives up (native truth)
+    instead of keeping a wrong truth."""
+    from kerneljudge.referee.plan import Float64Plan
+
+    def model(x):
+        return torch.where(x.sum() > 0, x.mean(), x.sum())
+
+    plan = Float64Plan(torch.device("cpu"), None)
+    plan.chunks, plan.need, plan.whole_limit = 4, 1 << 40, 0
+    x = torch.rand(512, 64)
+    first = plan.run(lambda args: model(*args), lambda args: model(*args), [x], model(x))
+    assert "outputs the mean of the chunks'" in plan.describe()["along"] and first is not None
+    later = plan.run(lambda args: model(*args), lambda args: model(*args), [-x], model(-x))
+    assert later is None and plan.describe()["float64"] == "native", plan.describe()
+
+
 def test_problem_too_large_before_any_work(fast, tmp_path):
     problem = problem_file(tmp_path, "huge", "torch.sigmoid(x)", sizes="batch_size = 1 << 20\ndim = 1 << 20")
     result = api.evaluate(problem, honest(problem, tmp_path), fast)

@@ -31,6 +31,7 @@ from conftest import CANDIDATES, SEED, codes
 from kerneljudge import builder, cache, judgeimports, report, sandbox
 from kerneljudge.errors import UsageError
 from kerneljudge.isolation import WorkerProcess
+from kerneljudge.options import Options
 from kerneljudge.proc.lifeline import with_parent
 from kerneljudge.pipeline import evaluate
 from kerneljudge.store import Store
@@ -407,8 +408,26 @@ def test_the_users_default_store_is_hidden_from_a_run_that_records_elsewhere(att
     monkeypatch.setenv("KJ_TEST_STORE", str(default))
     monkeypatch.setenv("KERNELJUDGE_SOCKET", str(tmp_path / "no-server.sock"))
     result, said = attack("peek", fast.replace(store_path=None))
-    assert said[:2] == ["blocked", str(errno.EACCES)], said
+    assert said[:2] == ["blocked", str(errno.ENOENT)], said  # (its folder covered by an empty one)
     assert result.verdict == "pass", codes(result)
+
+
+def test_the_default_stores_folder_is_hidden_and_no_home_directory_is_no_default_store(tmp_path, monkeypatch):
+    """The worker's hidden paths hold the default store's folder (a journal made there after the worker started is
+    covered too); where there is no home directory (no $HOME, a user without a passwd entry) there is no default
+    store to hide, and the worker's options are still made."""
+    monkeypatch.delenv("KERNELJUDGE_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    hidden = Options(store_path=None, cache_dir=tmp_path / "cache").worker_options().hidden
+    assert tmp_path / "data" / "kerneljudge" in hidden, hidden
+    monkeypatch.delenv("XDG_DATA_HOME")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    hidden = Options(store_path=None, cache_dir=tmp_path / "cache").worker_options().hidden
+    assert not any("kerneljudge" in str(path) and "results" in str(path) for path in hidden), hidden
 
 
 def test_without_the_read_only_view_the_store_and_the_socket_are_reached(attack, fast, tmp_path, monkeypatch):

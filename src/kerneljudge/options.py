@@ -58,7 +58,8 @@ def default_store_path() -> Path:
 
 
 def _home_store_path() -> Path:
-    base = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")).expanduser()
+    data = os.environ.get("XDG_DATA_HOME")
+    base = Path(data).expanduser() if data else Path.home() / ".local" / "share"
     return base / "kerneljudge" / "results.sqlite"
 
 
@@ -251,7 +252,11 @@ class Options:
         run with `--no-store` or another store is still the user's: hidden with its journal files too, as other
         candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()
-        stores = tuple(dict.fromkeys(store + (default_store_path(), _home_store_path())))
+        try:  # (the default store's folder is the judge's own: a journal made there after the worker started too)
+            defaults = (default_store_path(), _home_store_path().parent)
+        except RuntimeError:  # no home directory: no default store there either
+            defaults = (default_store_path(),) if os.environ.get("KERNELJUDGE_STORE") else ()
+        stores = tuple(dict.fromkeys(store + defaults))
         journals = tuple(path.with_name(path.name + end) for path in stores for end in ("-wal", "-shm", "-journal"))
         return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir),
                                    watched=tuple(self.worker.watched) + store,

@@ -112,6 +112,12 @@ def caller_views(args: list) -> list:
     return [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
 
 
+def same_place(tensor: torch.Tensor, view: torch.Tensor) -> bool:
+    """Whether a tensor still lies where `view` (made from it by `caller_views`) does, as it did."""
+    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype) == \
+        (view.data_ptr(), view.shape, view.stride(), view.dtype)
+
+
 def clone_args(args: list) -> list:
     return [a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args]
 

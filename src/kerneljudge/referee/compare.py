@@ -162,9 +162,13 @@ def structure_problem(received: Received, outline: Outline) -> Finding | None:
                               got=list(shown) if isinstance(shown, tuple) else None, expected=list(r.shape))
         if dtype != str(r.dtype):
             return Finding.of("output-dtype", f"output dtype {dtype}, expected {r.dtype}", stage=STAGE)
-        if fact.get("storageless") or c is None:
+        if fact.get("storageless"):
             return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
                               stage=STAGE)
+        if c is None:
+            return Finding.of("output-type", f"output ({dtype}, {len(shape)} dimensions) could not be carried to the "
+                              "referee: kerneljudge carries float, integer, bool and complex dtypes but not float8 or "
+                              "uint16-64, and at most 16 dimensions", stage=STAGE)
         if torch.device(str(fact.get("device"))) != r.device:
             return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
     return None

@@ -142,8 +142,8 @@ class Guard:
                                 if isinstance(value, type) and value.__module__ == module.__name__]
         namespaces += [(f"{module}.{name}", cls) for module, name in STANDARD_CLASSES
                        if (cls := _lookup(module, name)) is not None]
-        if torch is not None:
-            namespaces.append(("torch.Tensor", torch.Tensor))
+        if torch is not None:  # (torch's own functions: the problem's get_inputs draws with torch.rand and the like)
+            namespaces += [("torch", torch), ("torch.Tensor", torch.Tensor)]
             self.tensor_names = frozenset(vars(torch.Tensor))
             from torch.utils._device import DeviceContext
             self.torch_probes = (torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
@@ -160,8 +160,8 @@ class Guard:
         """The callables of a namespace, watched: the judge's (at `bind`), and one imported after the guard bound
         (the problem's module, before the candidate's: the worker draws every input with its `get_inputs`, so a
         candidate wrapping it would see each timed call's inputs before its call, outside the timing)."""
-        for attr, value in list(vars(namespace).items()):
-            if callable(value) and not REPLACEABLE.search(attr):
+        for attr, value in list(vars(namespace).items()):  # (its modules too: a proxy for the problem's `torch`)
+            if (callable(value) or isinstance(value, types.ModuleType)) and not REPLACEABLE.search(attr):
                 self.owned.append((vars(namespace), attr, value, f"{name}.{attr}"))
                 if isinstance(value, types.FunctionType):
                     self.functions.setdefault(id(value), f"{name}.{attr}")

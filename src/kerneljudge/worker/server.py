@@ -20,7 +20,8 @@ import torch
 
 from kerneljudge import protocol
 from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
-from kerneljudge.proc.inputs import build_seeded, caller_views, equal_bits, make_inputs, refill, seed_generators
+from kerneljudge.proc.inputs import (build_seeded, caller_views, equal_bits, make_inputs, refill, same_place,
+                                     seed_generators)
 from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, tie_key, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
@@ -45,6 +46,9 @@ INPUTS_SHARED_UP_TO = 0.25
 # weight at the worker's construction, the judge's peak once the referee no longer held them in float64)
 STATE_IN_HOST_FROM_BYTES = 16 << 20
 STATE_IN_HOST_DEVICES = ("cuda",)
+# In a call's inputs after it, in place of an argument it pointed at other memory (the referee finds a value where
+# a tensor was drawn: `input-mutation`)
+REPOINTED = "re-pointed by the call"
 Reply = tuple[dict[str, Any], list]
 
 
@@ -282,7 +286,7 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(called.value, self._export())  # the snapshot, before anything else runs
         data: dict[str, Any] = {"output": output}
         if request.return_inputs:
-            out_blobs = self._with_inputs(data, out_blobs, views,
+            out_blobs = self._with_inputs(data, out_blobs, args, views,
                                           share=shares_inputs(views, called.value, session.reference_bytes))
         if request.alias:
             data["aliases"] = output_aliases(called.value, views, session.candidate)
@@ -507,14 +511,19 @@ class Worker:
         output, out_blobs = tensorwire.describe_output(out, self._export())
         data: dict[str, Any] = {"output": output, "reused": reused}
         if request.inputs:  # shared where they lie (the judge asks only for inputs of bounded size)
-            out_blobs = self._with_inputs(data, out_blobs, self.timed.views[request.index % len(self.timed.views)],
+            at = request.index % len(self.timed.sets)
+            out_blobs = self._with_inputs(data, out_blobs, self.timed.sets[at], self.timed.views[at],
                                           share=True)
         return _reply([], blobs=out_blobs, **data)
 
-    def _with_inputs(self, data: dict[str, Any], out_blobs: list, args: list, share: bool) -> list:
-        """A call's inputs as it left them into `data` (inputs_after), their blobs after the output's, shared in
-        device memory where `share` (and the device allows); the reply's blobs."""
-        data["inputs_after"], after_blobs = tensorwire.pack_values(args, self._export() if share else None)
+    def _with_inputs(self, data: dict[str, Any], out_blobs: list, args: list, views: list, share: bool) -> list:
+        """A call's inputs as it left them into `data` (inputs_after): the memory it was given (`views`, made before
+        the call), and in place of an argument the call pointed at other memory (`x.set_(y)`, `x.data = y`: the
+        caller's tensor changed, whatever its old memory holds) a note the referee finds differs; their blobs after
+        the output's, shared in device memory where `share` (and the device allows); the reply's blobs."""
+        after = [view if not isinstance(arg, torch.Tensor) or same_place(arg, view) else REPOINTED
+                 for arg, view in zip(args, views)]
+        data["inputs_after"], after_blobs = tensorwire.pack_values(after, self._export() if share else None)
         for meta in data["inputs_after"]:
             if "blob" in meta:
                 meta["blob"] += len(out_blobs)
