@@ -135,6 +135,22 @@ def test_a_softmax_that_overflows_where_the_reference_does_not_fails_on_its_inpu
     assert "input:0 +100" in next(f.message for f in result.findings if f.code == "range-mismatch")
 
 
+@pytest.mark.parametrize("name", ["loss_without_last_row", "loss_on_seven_rows_in_eight"])
+def test_a_loss_over_part_of_the_batch_fails_on_rows_moved_in_secret(fast, tmp_path, name):
+    """Each passes every draw of rows alike (the check's trials); the range plan's rows move (the first input's
+    first and last rows and a sixteenth of the others, drawn in secret, shifted by 3) shows it: `range-mismatch`.
+    The honest loss passes the same move."""
+    problem = PROBES / "loss_problem.py"
+    result = api.evaluate(problem, PROBES / f"{name}.py", fast)
+    assert all(t.passed for t in result.trials), explain(result)
+    assert result.verdict == "fail" and failing(result) == {"range-mismatch"}, explain(result)
+    assert "input:0 rows +3" in next(f.message for f in result.findings if f.code == "range-mismatch")
+    honest = tmp_path / "loss_honest.py"
+    honest.write_text(problem.read_text().replace("class Model(", "class ModelNew("))
+    result = api.evaluate(problem, honest, fast)
+    assert result.verdict == "pass" and "input:0 rows +3" in result.probes["ranges"]["probes"], explain(result)
+
+
 def test_range_probe_where_the_reference_overflows_is_skipped_with_the_reason(fast):
     result = api.evaluate(PROBES / "overflow_problem.py", PROBES / "overflow.py", fast)
     assert result.verdict == "pass" and not failing(result), explain(result)
@@ -212,7 +228,8 @@ def test_range_plan_is_bounded_by_its_budget():
     saved = {name: entry.clone() for name, entry in model.state_dict().items()}
     bounded = ranges.plan(model, args, 1, lambda: 1000.0 * next(ticks), budget_ms=2500)
     full = ranges.plan(model, args, 1, lambda: 0.0)
-    assert len(bounded["probes"]) < len(full["probes"]) == ranges.MAX_PROBES
+    chosen = [[move for move in plan["probes"] if not move["rows"]] for plan in (bounded, full)]  # (beside: rows)
+    assert len(chosen[0]) < len(chosen[1]) == ranges.MAX_PROBES
     assert any("12 of the 16 candidate moves not tried" in s for s in bounded["skipped"]), bounded["skipped"]
     assert not any("not tried" in s for s in full["skipped"])
 

@@ -13,6 +13,7 @@ computed from its own change, and the two fingerprints of a change tell the judg
 
 from __future__ import annotations
 
+import random
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Iterator
@@ -31,22 +32,27 @@ _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # an 
 
 @dataclass(frozen=True)
 class Transform:
-    """A range probe's move: `target` (INPUTS, "input:N" or a state-dict entry) becomes target * scale + shift."""
+    """A range probe's move: `target` (INPUTS, "input:N" or a state-dict entry) becomes target * scale + shift; with
+    `rows` (a secret seed), an input's rows along its first dimension only (`moved_rows`): its first, its last and
+    a few drawn from the seed, so that a model reducing over the batch no longer sees alike rows (a loss computed
+    without the last row, or on 7 rows in 8, stayed within the tolerance on inputs whose rows were drawn alike)."""
 
     target: str
     scale: float = 1.0
     shift: float = 0.0
+    rows: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.target} x{self.scale:g}" if self.shift == 0 else f"{self.target} {self.shift:+g}"
+        move = f"x{self.scale:g}" if self.shift == 0 else f"{self.shift:+g}"
+        return f"{self.target} {'rows ' if self.rows else ''}{move}"
 
     def to_json(self) -> dict:
         return {**asdict(self), "label": self.label}
 
     @classmethod
     def from_json(cls, data: dict) -> "Transform":
-        return cls(str(data["target"]), float(data["scale"]), float(data["shift"]))
+        return cls(str(data["target"]), float(data["scale"]), float(data["shift"]), int(data.get("rows") or 0))
 
     def applies_to_input(self, index: int) -> bool:
         return self.target in (INPUTS, f"input:{index}")
@@ -55,9 +61,28 @@ class Transform:
         """`args` moved: each floating input it applies to becomes input * scale + shift; in place where the
         input is the caller's own (proc/inputs.owned: out of place, a range probe on level1/47's 8 GiB input
         held three of it at once). The same two roundings either way (the product, then the sum)."""
-        return [(args[i].mul_(self.scale).add_(self.shift) if owned(args, i) else args[i] * self.scale + self.shift)
-                if isinstance(args[i], torch.Tensor) and args[i].is_floating_point() and self.applies_to_input(i)
-                else args[i] for i in range(len(args))]
+        return [self._moved(args, i) if isinstance(args[i], torch.Tensor) and args[i].is_floating_point()
+                and self.applies_to_input(i) else args[i] for i in range(len(args))]
+
+    def _moved(self, args: list, i: int) -> torch.Tensor:
+        if not self.rows or args[i].dim() == 0:
+            return args[i].mul_(self.scale).add_(self.shift) if owned(args, i) else args[i] * self.scale + self.shift
+        out = args[i] if owned(args, i) else args[i].clone()
+        index = torch.tensor(moved_rows(out.shape[0], self.rows), device=out.device)
+        out.index_copy_(0, index, out.index_select(0, index) * self.scale + self.shift)
+        return out
+
+
+#: Of an input's rows, the share a rows move draws beside its first and its last
+MOVED_ROWS_SHARE = 1 / 16
+
+
+def moved_rows(count: int, seed: int) -> list[int]:
+    """The rows a rows move changes among `count`: the first, the last, and MOVED_ROWS_SHARE of the others drawn
+    from `seed` (the same in both processes)."""
+    drawn = random.Random(seed).sample(range(1, max(1, count - 1)), int((count - 2) * MOVED_ROWS_SHARE)) \
+        if count > 2 else []
+    return sorted({0, count - 1, *drawn})
 
 
 def entries(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:

@@ -41,6 +41,7 @@ BINS = 16  # a curved range is covered bin by bin
 SCALES = (10.0, 100.0, -1.0, 0.1)  # (in the order tried: the first moves most into the curved ranges)
 SHIFTS = (-3.0, -1.0, 1.0, 3.0)
 OVERFLOW_SHIFT = 100.0  # an input a softmax-like op reads as it is: shifted by this (beside the MAX_PROBES)
+ROWS_SHIFT = 3.0  # some rows of the first input shifted by this (`_rows_move`, beside the MAX_PROBES)
 MAX_TENSORS = 8  # inputs and state entries tried (entries beyond it sampled with the secret seed)
 MAX_PROBES = 4
 MIN_PROBES = 2
@@ -95,6 +96,17 @@ def _covered(model: torch.nn.Module, args: list, centered_inputs: set[int] | Non
     if not all_finite(outs):
         return None
     return recorder.bins, rms(outs)
+
+
+def _rows_move(args: list, seed: int) -> Transform | None:
+    """The first floating input with rows (two or more along its first dimension), some of them shifted by
+    ROWS_SHIFT (perturb.moved_rows: its first, its last, a few drawn in secret), beside the MAX_PROBES: where the rows
+    of every draw are alike, a model reducing over them (a loss's mean) is as good without some of them. (Scaled by
+    10 instead, level1/94's predictions, drawn times a random scale, often stayed near their targets.)"""
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() > 0 and a.shape[0] > 1:
+            return Transform(f"input:{i}", shift=ROWS_SHIFT, rows=random.Random(seed).randrange(1, 1 << 31))
+    return None
 
 
 def _candidates(model: torch.nn.Module, args: list, seed: int) -> list[Transform]:
@@ -172,6 +184,9 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
             chosen.append(shifted)
         else:
             overflowing.append(shifted.label)
+    rows = _rows_move(args, seed)
+    if rows is not None and _covered(model, rows.inputs(clone_args(args))) is not None:
+        chosen.append(rows)
     untried = [f"{len(candidates) - tried} of the {len(candidates)} candidate moves not tried within the plan's "
                f"{budget_ms / 1000:g} s (each a call of the reference)"] if tried < len(candidates) else []
     return {"probes": [t.to_json() for t in chosen],
