@@ -447,7 +447,8 @@ def _near(reduced: list[torch.Tensor], natives: list | None) -> bool:
     of the same draw: the reduction was chosen on the first draw, and a model that is the mean of its chunks there
     need not be on every draw (a range probe's move)."""
     return natives is not None and len(natives) == len(reduced) and all(
-        abs(float(r) - float(n)) <= REDUCED_NEAR * abs(float(n)) + SEPARABLE_TOLERANCE for r, n in zip(reduced, natives))
+        abs(float(r) - float(n)) <= REDUCED_NEAR * abs(float(n)) + SEPARABLE_TOLERANCE
+        for r, n in zip(reduced, natives))
 
 
 def _place(truth: list[torch.Tensor], out, regions: list[tuple[int, int, int]]) -> None:

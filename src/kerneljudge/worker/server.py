@@ -181,7 +181,7 @@ class Worker:
             problem_module = build.import_problem(problem["path"], problem["source"], problem["constants"])
         except Exception:  # noqa: BLE001 - the referee imports the problem too and reports its errors
             problem_module = None
-        if problem_module is not None:  # (its get_inputs makes every input the candidate gets: not the candidate's to wrap)
+        if problem_module is not None:  # (its get_inputs makes every input the candidate gets: not its to wrap)
             self.guard.watch("the problem module", problem_module)
         constants, notice = build.candidate_constants(candidate["path"], problem["source"], problem["constants"])
         notices = [notice] if notice else []
