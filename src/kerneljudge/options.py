@@ -253,14 +253,16 @@ class Options:
         candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()
         try:  # (the default store's folder is the judge's own: a journal made there after the worker started too)
-            defaults = (default_store_path(), _home_store_path().parent)
-        except RuntimeError:  # no home directory: no default store there either
-            defaults = (default_store_path(),) if os.environ.get("KERNELJUDGE_STORE") else ()
-        stores = tuple(dict.fromkeys(store + defaults))
+            folder = (_home_store_path().parent,)
+        except RuntimeError:  # no home directory: no default store there
+            folder = ()
+        default = (default_store_path(),) if folder or os.environ.get("KERNELJUDGE_STORE") else ()
+        stores = tuple(dict.fromkeys(store + default))
         journals = tuple(path.with_name(path.name + end) for path in stores for end in ("-wal", "-shm", "-journal"))
         return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir),
                                    watched=tuple(self.worker.watched) + store,
-                                   hidden=tuple(self.worker.hidden) + stores + journals + (default_server_socket(),))
+                                   hidden=tuple(self.worker.hidden) + stores + journals + folder
+                                   + (default_server_socket(),))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).

@@ -16,6 +16,7 @@ from typing import Iterator, NamedTuple
 import torch
 
 from kerneljudge.options import DEFAULT_TOLERANCE
+from kerneljudge.proc.tensorwire import MAX_DIMS
 from kerneljudge.records import Finding, Trial
 
 STAGE = "check"
@@ -168,7 +169,7 @@ def structure_problem(received: Received, outline: Outline) -> Finding | None:
         if c is None:
             return Finding.of("output-type", f"output ({dtype}, {len(shape)} dimensions) could not be carried to the "
                               "referee: kerneljudge carries float, integer, bool and complex dtypes but not float8 or "
-                              "uint16-64, and at most 16 dimensions", stage=STAGE)
+                              f"uint16-64, and at most {MAX_DIMS} dimensions", stage=STAGE)
         if torch.device(str(fact.get("device"))) != r.device:
             return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
     return None

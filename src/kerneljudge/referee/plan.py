@@ -362,12 +362,12 @@ def _separable_split(native: Callable[[list], Any], inputs: list, expected, chun
                     min(split.size - 1, math.ceil(split.size / chunks), SEPARABLE_SAMPLE_ROWS))
         index = torch.randperm(split.size, generator=generator)[:count].sort().values
         try:
-            if split.reduce:  # the sample's outputs, and its two halves' reduced (a mean and a sum of outputs of 0
-                halves = (index[:count // 2], index[count // 2:])  # cannot be told apart: neither is taken)
+            if split.reduce:  # the sample's outputs, and its two halves' reduced
+                halves = (index[:count // 2], index[count // 2:])
                 got = _reduced(split, [(len(h), native(_rows(inputs, h, split))) for h in halves])
                 want = _outputs(native(_rows(inputs, index, split)), scalars=True)
                 if want is not None and not any(bool(w.abs() > SEPARABLE_TOLERANCE) for w in want):
-                    continue
+                    continue  # (a mean and a sum of outputs of 0 cannot be told apart: neither is taken)
             else:
                 want = [t.index_select(split.out_dim, index.to(t.device)) for t in _outputs(expected)]
                 got = _outputs(native(_rows(inputs, index, split)))
