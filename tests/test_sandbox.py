@@ -180,6 +180,60 @@ print(json.dumps({{"package": str(sandbox.package_dir()), "result": result.to_js
     assert not any(p.exists() for p in _plant_paths())  # nothing reached the package the suite runs from
 
 
+TOUCHING_PROBLEM = """
+import os
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    try:  # the referee's draw reaches the package; the worker's, read-only, does not
+        with open(os.environ["KJ_TEST_TOUCH"], "a") as touched:
+            touched.write("x")
+    except OSError:
+        pass
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@needs("mount")
+def test_a_package_changed_by_another_process_while_read_only_to_the_worker_is_said_not_failed(tmp_path):
+    """The judge's package changed during a run by a process other than the worker (here the referee, running
+    the problem's `get_inputs`; an update of the judge in real life), while the worker saw it read-only: the
+    honest candidate passes, the change is said (`package-changed`), no `sandbox-breach`. Run from a copy of
+    the package, as above."""
+    package = tmp_path / "src" / "kerneljudge"
+    shutil.copytree(sandbox.package_dir(), package, ignore=shutil.ignore_patterns("__pycache__"))
+    problem, honest = tmp_path / "problem.py", tmp_path / "honest.py"
+    problem.write_text(TOUCHING_PROBLEM)
+    honest.write_text(TOUCHING_PROBLEM.replace("class Model(", "class ModelNew("))
+    touched = package / "zz_touched_outside.txt"
+    script = f"""
+import json
+from kerneljudge.options import Options
+from kerneljudge.pipeline import evaluate
+options = Options(device="cpu", store_path=None, cache_dir=r"{tmp_path / 'cache'}").replace(timing={{"enabled": False}})
+print(json.dumps(evaluate(r"{problem}", r"{honest}", options).to_json()))
+"""
+    env = {**os.environ, "PYTHONPATH": str(package.parent), "KJ_TEST_TOUCH": str(touched)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert touched.exists()  # the control: the package did change during the run
+    assert result["verdict"] == "pass" and "sandbox-breach" not in codes(result), result["findings"]
+    changed = next(f for f in result["findings"] if f["code"] == "package-changed")
+    assert str(touched.resolve()) in changed["details"]["files"]
+
+
 def test_bytecode_another_python_wrote_is_no_breach_and_planted_bytecode_is(tmp_path):
     """A copy of the package imported by another Python process (an MCP server's imports first, as when
     `kerneljudge mcp` starts beside an evaluation on a fresh install) writes its bytecode while a watch is

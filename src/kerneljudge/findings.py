@@ -183,6 +183,9 @@ def _specs() -> dict[str, Spec]:
         Spec("sandbox-breach", "fail", "The candidate's process changed files of the judge's package",
              "Write only in the worker's own folder (the current directory, $TMPDIR): the judge's package and its "
              "results store are not the candidate's to change.", catalog_row=26),
+        Spec("package-changed", "warn", "The judge's package changed on disk while the candidate's process ran",
+             "Nothing to fix in the candidate: the package was read-only to it, so another process changed it (an "
+             "update or a checkout of the judge during the run); judge again once the judge's files stay put."),
         Spec("memory-limit", "warn", "The kernel killed processes the candidate started, at the worker's memory limit",
              "The worker's processes together may use --memory-limit-mb (default: 75% of RAM); start fewer or "
              "smaller ones."),

@@ -109,6 +109,8 @@ class WorkerProcess:
         self.watch: sandbox.Watch | None = None
         self.cgroup: sandbox.Cgroup | None = None
         self.breaches: list[str] = []  # files of the judge the worker changed (sandbox.Watch)
+        # the judge's package was mounted read-only for the worker: a change to it was made by another process
+        self.package_read_only = False
         self.oom_kills = 0  # the worker's processes the kernel killed in its memory cgroup (counted when it ends)
         self.memory_limit_bytes: int | None = None  # that cgroup's limit, as applied when the worker started
         self.tally: MemoryTally | None = None  # the evaluation's memory account (memtally.py), when it keeps one
@@ -180,13 +182,16 @@ class WorkerProcess:
         self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
                                                             else ())])
         builds = [options.cache_dir / "builds", options.cache_dir / "triton"] if options.cache_dir else []
+        writable = [self.workdir, *builds, *options.writable]
+        self.package_read_only = "mount" in self.sandbox.active and not any(
+            sandbox.package_dir().is_relative_to(Path(folder).resolve()) for folder in writable)
         # what torch, triton and CUDA would write under the (read-only) home goes to writable places instead
         env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"))
         env.setdefault("TRITON_CACHE_DIR", str(builds[1] if builds else self.workdir / "triton"))
         for folder in (*builds, *options.writable):
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
-            command, layers=self.sandbox.active, writable=[self.workdir, *builds, *options.writable],
+            command, layers=self.sandbox.active, writable=writable,
             hidden=options.hidden, cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
                 options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
 

@@ -287,8 +287,9 @@ def _judged_stage(run: Run, judging: Judging, name: str, doing: str):
 def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
     """The worker's sandbox layers onto the result, and the judge's files it changed (the worker has ended:
     WorkerProcess.close compared the package and, without the read-only view, the store with their
-    snapshot): a changed package fails the candidate; a changed store is said (another evaluation may have
-    recorded into it meanwhile)."""
+    snapshot): a changed package fails the candidate, unless it was read-only to the worker (then another
+    process changed it: an update of the judge during the run, said); a changed store is said (another
+    evaluation may have recorded into it meanwhile)."""
     if worker.sandbox is not None:
         run.sandbox = worker.sandbox.to_json()
     package = str(sandbox.package_dir())
@@ -304,8 +305,10 @@ def _sandbox_checks(run: Run, worker: WorkerProcess, judging: Judging) -> None:
             "memory-limit", f"the kernel killed {worker.oom_kills} process(es) of the worker in its memory cgroup "
             f"(the limit of its processes together: {worker.memory_limit_bytes / 2**20:.0f} MiB); the evaluation "
             "went on without them", stage="worker", kills=worker.oom_kills))
-    for code, files, what in (("sandbox-breach", ours, "changed files of the judge's package"),
-                              ("store-changed", store, "ran while the results store changed")):
+    package_changed = ("package-changed", "ran while files of the judge's package changed (read-only to it)") \
+        if worker.package_read_only else ("sandbox-breach", "changed files of the judge's package")
+    for (code, what), files in ((package_changed, ours),
+                                (("store-changed", "ran while the results store changed"), store)):
         if files:
             shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
             judging.findings.append(Finding.of(code, f"the candidate's process {what}: {shown}", stage="worker",
