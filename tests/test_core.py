@@ -12,6 +12,7 @@ from conftest import CANDIDATES, SEED, codes
 
 from kerneljudge import api, suite
 from kerneljudge.records import Result
+from kerneljudge.stages.probe import PROBES
 
 CORE = CANDIDATES / "core"
 
@@ -103,6 +104,9 @@ def test_api_evaluate_returns_a_result_that_round_trips(fast):
     assert result.timing["candidate"]["median_ms"] > 0
     assert set(result.speedup) == {"eager"} and result.speedup["eager"] > 0
     assert {"load", "worker", "build", "check", "timing"} <= set(result.stage_ms)
+    probe_ms = result.probes["probe_ms"]  # each probe's time, within the probes stage's
+    assert set(probe_ms) == {p.name for p in PROBES if "cpu" in p.devices}, probe_ms
+    assert all(ms > 0 for ms in probe_ms.values()) and sum(probe_ms.values()) <= result.stage_ms["probes"]
     _round_trips(result)
 
 

@@ -343,9 +343,11 @@ PROBES = (
 
 
 def run_probes(j: Judging, seed: int) -> None:
-    """Every probe that applies on this device; findings go on `j`, what they saw on `j.info`."""
+    """Every probe that applies on this device; findings go on `j`, what they saw on `j.info`, and each one's
+    wall time on `j.info["probe_ms"]` (where the probes stage's time goes: a batch's turn is mostly probes)."""
     device_type = j.device.split(":")[0]
     j.info["run_seed"] = seed
+    probe_ms = j.info.setdefault("probe_ms", {})
     skipped = [p.name for p in PROBES if device_type not in p.devices]
     if skipped:
         j.findings.append(Finding.of("probe-skipped", f"not on {device_type}: {', '.join(skipped)}", stage=STAGE,
@@ -353,7 +355,11 @@ def run_probes(j: Judging, seed: int) -> None:
     try:
         for probe in PROBES:
             if device_type in probe.devices:
-                j.findings.extend(probe.run(j))
+                start_s = j.worker.clock()
+                try:
+                    j.findings.extend(probe.run(j))
+                finally:
+                    probe_ms[probe.name] = round((j.worker.clock() - start_s) * 1e3, 1)
     except StageEnded:
         pass
     except protocol.Untrusted as exc:
