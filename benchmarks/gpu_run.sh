@@ -36,7 +36,7 @@ for r in json.load(open(sys.argv[1]))["results"]:
     t = r.get("timing") or {}
     print(f"{r['candidate']['path'].rsplit('/',1)[-1]:18} {r['verdict']:5} median_ms={(t.get('candidate') or {}).get('median_ms')} "
           f"speedup={t.get('speedup')} light%={(t.get('floor') or {}).get('percent_of_light')} "
-          f"codes={[f['code'] for f in r['findings']]} stage_ms={r['stage_ms']}")
+          f"codes={[f['code'] for f in r['findings']]} stage_ms={r['stage_ms']} probe_ms={r['probes'].get('probe_ms')}")
 PY
   ;;
 exploits) step "exploits and crash containment on the GPU (small sizes)"
@@ -82,7 +82,7 @@ served) step "judge cost through \`kerneljudge serve\` (a worker kept started be
   until kj serve --status > /dev/null; do sleep 0.2; done
   TIMEFORMAT="wall %R s"
   for i in 1 2 3; do sleep 8; time python -m kerneljudge eval l2/51 @cuda --json > "$OUT/served_$i.json"; done
-  for i in 1 2 3; do python -c "import json; r=json.load(open('$OUT/served_$i.json')); print(r['verdict'], r['stage_ms'])"; done
+  for i in 1 2 3; do python -c "import json; r=json.load(open('$OUT/served_$i.json')); print(r['verdict'], r['stage_ms'], r['probes'].get('probe_ms'))"; done
   kj serve --status; kill $server; wait $server; cat "$OUT/serve.log" ;;
 twogpu) step "two GPUs against one (issue 20): the same batch, one command after the other"
   problems=${TWO_GPU_PROBLEMS:-level1/19,level1/23,level1/47,level2/51}
