@@ -322,6 +322,11 @@ def main() -> None:
         print(f"judged on a lane: {len(judged)}; mean judge {judge:.2f} s per candidate (stage_ms {stages:.2f} s: "
               + ", ".join(f"{name} {value:.2f} s" for name, value in parts.items())
               + f"; the rest of the lane's time {judge - stages:.2f} s)")
+        for what, figures in (("stage", [f.result.stage_ms for f, _ in judged]),
+                              ("probe", [f.result.probes.get("probe_ms") or {} for f, _ in judged])):
+            names = sorted({name for ms in figures for name in ms})
+            print(f"mean per {what}: " + ", ".join(f"{name} {mean_s(ms.get(name, 0.0) for ms in figures):.3f} s"
+                                                   for name in names))
     shutil.rmtree(work, ignore_errors=True)
 
 
