@@ -910,7 +910,7 @@ def test_only_as_many_parameters_are_parked_as_the_changed_entries_take(tmp_path
 
     def parked_by(names):
         session.park(True, names)
-        parked = sorted(name for name, p in named.items() if any(p is q for q, _ in session.parked))
+        parked = sorted(name for name, p in named.items() if any(p is q for q, *_ in session.parked))
         session.park(False)
         return parked
 
@@ -985,6 +985,6 @@ def test_a_tied_parameter_is_parked_once_and_one_an_attribute_shares_stays(tmp_p
     monkeypatch.setattr(referee_session, "PARKED_FROM_BYTES", 1024)
     model = session.native()
     session.park(True)
-    assert [p for p, _ in session.parked] == [model.encode.weight] and model.decode.weight is model.encode.weight
+    assert [p for p, *_ in session.parked] == [model.encode.weight] and model.decode.weight is model.encode.weight
     session.park(False)
     assert model.seen.untyped_storage().data_ptr() == model.other.weight.untyped_storage().data_ptr()
