@@ -114,6 +114,53 @@ def test_float64_reference_in_chunks_when_over_its_budget(fast, tmp_path):
     assert result.verdict == "fail" and result.trials[0].compared_to == "float64"
 
 
+CONVOLUTION = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, 8, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+channels = {channels}
+
+
+def get_inputs():
+    return [torch.rand(4, channels, 32, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("channels, without_cudnn", [(4, True), (64, False)])
+def test_convolutions_run_in_float64_without_cudnn_where_their_columns_fit_a_share_of_a_chunk(
+        fast, tmp_path, channels, without_cudnn):
+    """referee/plan.COLUMNS_SHARE: a convolution whose float64 columns without cuDNN (a sample's unfolded input:
+    channels x 3 x 3 kernel x 30 x 30 positions x 8 bytes, 0.25 MiB at 4 channels, 4 MiB at 64) fit a quarter of a
+    chunk's budget (1 MiB here) runs without cuDNN in the float64 run, and the result says so; a larger one keeps
+    cuDNN (a workspace of gigabytes on an H200 for the first kind: `tests/test_gpu.py -k native_output`). On the CPU
+    the choice is made and said alike; either way the truth is float64's."""
+    problem = tmp_path / "conv.py"
+    problem.write_text(CONVOLUTION.replace("{channels}", str(channels)))
+    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
+    result = api.evaluate(problem, honest(problem, tmp_path), options)
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+    plan = result.memory["reference"]
+    assert ("convolutions" in plan) == without_cudnn, plan
+    if without_cudnn:
+        assert plan["convolutions"].startswith(f"without cuDNN (PyTorch's own: a sample's columns, "
+                                               f"{channels * 9 * 30 * 30 * 8 / 2**20:.1f} MiB"), plan
+    assert all(t.compared_to == "float64" for t in result.trials)
+
+
 def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):
     """level1/1, A @ B with A and B both N x N: splitting both into rows is not a valid call (the last
     H200 batch run ended in problem-error there); rows of A alone, with B whole, are separable."""

@@ -15,6 +15,9 @@ the chunks' (weighted by their lengths) or their sum, verified on a secret sampl
 The truth is kept in float32 where the output is not float64 (its rounding, 6e-8 relative, is under a thousandth
 of the float32 tolerance), so it is no larger than the output. The chosen cut is then checked whole: the native
 reference run over the very chunks must give its full output (`_chunks_agree`).
+Convolutions run in float64 without cuDNN where PyTorch's own convolution's columns (one sample's unfolded input)
+fit a share of a chunk's budget (`COLUMNS_SHARE`): cuDNN's float64 engines may take a workspace far beyond the
+run's own tensors, where those columns are bounded by the sizes the plan cuts by.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import itertools
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
@@ -53,6 +56,12 @@ FLOOR_FOOTPRINT_SHARE = 0.5
 PARAMETER_HEAVY_CHUNKS = 8
 PARAMETER_HEAVY_FROM_BYTES = 256 << 20
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
+# Convolutions whose float64 columns without cuDNN (one sample's unfolded input, or a transposed one's unfolded output)
+# take at most this share of a chunk's budget run without cuDNN in the float64 run: cuDNN's float64 engine for a
+# 256 MiB output's convolution held 2.5 GB on an H200 (10 outputs in the referee; 0.76 GB without cuDNN). Larger
+# columns (level2/78's transposed 3-D convolution: 2 GB a sample, for a 65 MB problem) keep cuDNN.
+COLUMNS_SHARE = 0.25
+CONVOLUTIONS = (torch.nn.modules.conv._ConvNd,)
 # A reduced truth (a loss over the batch cut into chunks) must be this near the native output of its draw (relative):
 # far above float32's rounding of a large mean, far below a wrong choice of mean or sum
 REDUCED_NEAR = 1e-3
@@ -80,6 +89,33 @@ def footprint(device: torch.device, start: int, model, inputs: list, outputs) ->
     return data
 
 
+@contextlib.contextmanager
+def watching_convolutions(columns: list[int]):
+    """In the block, each convolution module's float64 columns without cuDNN (`_columns_bytes`) appended to
+    `columns` (the reference's own modules; a functional convolution is not seen and keeps cuDNN)."""
+    def seen(module, args, output) -> None:
+        if isinstance(module, CONVOLUTIONS) and args and isinstance(args[0], torch.Tensor) \
+                and isinstance(output, torch.Tensor):
+            columns.append(_columns_bytes(module, args[0], output))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(seen)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _columns_bytes(module: torch.nn.modules.conv._ConvNd, x: torch.Tensor, out: torch.Tensor) -> int:
+    """The columns PyTorch's convolution without cuDNN unfolds for one sample, in float64: every input channel's
+    kernel window at every output position (a transposed convolution: every output channel's at every input
+    position)."""
+    dims = len(module.kernel_size)
+    transposed = module.transposed
+    positions = math.prod((x if transposed else out).shape[-dims:])
+    channels = module.out_channels if transposed else module.in_channels
+    return channels * math.prod(module.kernel_size) * positions * 8
+
+
 def chunk_floor_bytes(footprint_bytes: int, device: torch.device) -> int:
     """The float64 run's size under which it stays whole: CHUNK_FLOOR_BYTES on a CPU (where more calls cost time
     and memory is seldom this tight), on a GPU FLOOR_FOOTPRINT_SHARE of the footprint within CHUNK_FLOOR_LEAST_BYTES
@@ -101,6 +137,7 @@ class Float64Plan:
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
         self.cuts: Cuts = ()  # how the chunks are cut, once found separable: one split, or two crossing
+        self.columns_bytes: int | None = None  # the native call's convolutions' float64 columns, the largest
 
     @property
     def usable(self) -> bool:
@@ -110,14 +147,34 @@ class Float64Plan:
         if self.reason is None:
             self.reason = reason
 
+    @property
+    def without_cudnn(self) -> bool:
+        """Whether the float64 run's convolutions go without cuDNN: there are some, and their columns fit
+        COLUMNS_SHARE of a chunk's budget."""
+        return bool(self.columns_bytes) and self.columns_bytes <= COLUMNS_SHARE * self.chunk_bytes
+
     def describe(self) -> dict[str, Any]:
         if self.reason is not None:
             return {"float64": "native", "why": self.reason}
+        said = {"convolutions": "without cuDNN (PyTorch's own: a sample's columns, "
+                f"{self.columns_bytes / 2**20:.1f} MiB, where cuDNN's workspace is unbounded)"} \
+            if self.without_cudnn else {}
         if self.chunks > 1:
             along = " crossed with ".join(f"{split.describe()} ({count})" for split, count in self.cuts)
             return {"float64": "chunked", "chunks": self.chunks, "along": f"{along} (verified on a secret sample, "
-                    "then over the chunks)" if self.cuts else "not chosen yet"}
-        return {"float64": "full"}
+                    "then over the chunks)" if self.cuts else "not chosen yet", **said}
+        return {"float64": "full", **said}
+
+    @contextlib.contextmanager
+    def convolutions(self) -> Iterator[None]:
+        """Around a float64 call: cuDNN off where `without_cudnn` (its other settings as they are)."""
+        if not self.without_cudnn:
+            yield
+            return
+        cudnn = torch.backends.cudnn
+        with cudnn.flags(enabled=False, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                         allow_tf32=cudnn.allow_tf32):
+            yield
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given

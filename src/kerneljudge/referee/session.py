@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -20,7 +20,7 @@ from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
 from kerneljudge.referee import compare
-from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
+from kerneljudge.referee.plan import Float64Plan, footprint, measure_start, watching_convolutions
 from kerneljudge.referee.precision import Precisions, tensor_attributes
 
 KERNELBENCH_SEED = 42
@@ -136,6 +136,11 @@ class RefereeSession:
         synchronize(self.device)
         return out
 
+    def _run64(self, args: list):
+        """The float64 reference's call, its convolutions as the plan says (`Float64Plan.convolutions`)."""
+        with self.plan.convolutions():
+            return self.run(self.float64(), args)
+
     def draw(self, seed: int, *, kernelbench: bool = False, expect: bool = True, float64: bool = True,
              transform: Transform | None = None, keep_inputs: bool = False) -> list:
         """Inputs from `seed` (moved by a range probe's `transform`), with the expectation kept under the
@@ -180,11 +185,14 @@ class RefereeSession:
         uncopied = [large and owned(inputs, i) for i in range(len(inputs))]
         before = _checksums([a for a, alone in zip(inputs, uncopied) if alone])
         args = [inputs[i] if uncopied[i] else clone_args(inputs[i:i + 1])[0] for i in range(len(inputs))]
+        columns: list[int] = []
         if first:  # (after the copies: they are not the reference's activations)
             start = measure_start(self.device)
-        expected = self.run(self.native(), args)
+        with watching_convolutions(columns) if first else nullcontext():
+            expected = self.run(self.native(), args)
         del args
         if first:
+            self.plan.columns_bytes = max(columns, default=0)
             self.footprint = footprint(self.device, start, self.native(), inputs, expected)
             self.plan.size(self.footprint, self.device, self.reference.upcast_bytes())
         if _checksums([a for a, alone in zip(inputs, uncopied) if alone]) != before:
@@ -193,7 +201,7 @@ class RefereeSession:
             self.plan.give_up("the reference draws random numbers in forward (its float64 draws would differ)")
         expected64 = None
         if float64 and self.plan.usable and self.float64() is not None:
-            expected64 = self.plan.run(lambda args: self.run(self.float64(), args),
+            expected64 = self.plan.run(self._run64,
                                        lambda args: self.run(self.native(), args), inputs, expected,
                                        checks_aside=self._state_kept)
             if self.plan.need > RELEASE_AFTER_RUN_BYTES:
