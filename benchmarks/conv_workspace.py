@@ -3,6 +3,9 @@
 PyTorch's own convolution with cuDNN off), and its time, in float32 (TF32 on and off) and float64, cuDNN on and
 off, at several batch sizes: the referee's float64 truth is a convolution in float64, and a workspace of gigabytes
 there counts in the judge's peak. Run it with CUDNN_CONV_WSCAP_DBG=<MiB> set to see PyTorch's workspace cap.
+Each call here starts from an emptied cache in a fresh process: on the H200 (twenty-fifth session) the float64
+convolution of tests/test_gpu.py's problem took no workspace here, where inside the referee's check stage it held
+2.5 GB (cuDNN off, or capped at 64 MiB, brought the referee back to 0.76 GB): not reproduced in isolation.
 Usage: PYTHONPATH=src python benchmarks/conv_workspace.py [KERNELBENCH_PROBLEM ...] [--batches 16,4,1]
 With no problem: Conv2d(64, 1024, 3, padding=1) on 16x64x64x64 (tests/test_gpu.py's TF32 convolution).
 """
@@ -43,7 +46,8 @@ def cases(problems: list[Path]) -> list[tuple[str, torch.nn.Module, torch.Tensor
                  torch.rand(16, 64, 64, 64))]
     made = []
     for path in problems:
-        module = import_problem(load_problem(path))
+        problem = load_problem(path)
+        module = import_problem(str(path), problem.source, problem.constants)
         torch.manual_seed(0)
         model = module.Model(*module.get_init_inputs())
         made.append((path.stem, model, module.get_inputs()[0]))
