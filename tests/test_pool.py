@@ -154,7 +154,8 @@ def test_a_worker_that_ran_while_another_lane_stopped_it_is_tampering():
 
     from kerneljudge import pipeline
 
-    worker = SimpleNamespace(sandbox=None, breaches=[], oom_kills=0, ran_while_stopped=[7, 7, 3])
+    worker = SimpleNamespace(sandbox=None, breaches=[], oom_kills=0, ran_while_stopped=[7, 7, 3],
+                             package_read_only=True)
     judging = SimpleNamespace(findings=[])
     pipeline._sandbox_checks(SimpleNamespace(sandbox=None), worker, judging)
     (finding,) = judging.findings
