@@ -150,6 +150,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              "self.columns_bytes <= COLUMNS_SHARE * self.chunk_bytes", "self.columns_bytes < 0",
              (_k("tests/test_memory.py", "without_cudnn_where_their_columns"),), "the float64 run's convolutions keep cuDNN whatever "
              "their columns (its float64 workspace: 10 outputs in the referee)"),
+    Mutation("plan-convolutions-cudnn-left-on", "referee/plan.py",
+             "torch._C._set_cudnn_enabled(enabled and not self.without_cudnn)", "pass",
+             (_k("tests/test_memory.py", "without_cudnn_where_their_columns"),),
+             "the plan chooses the float64 run without cuDNN but leaves cuDNN on"),
+    Mutation("sandbox-capabilities-kept", "sandbox/linux.py",
+             "    _check(_libc.capset(ctypes.byref(header), data), \"capset\")", "    pass",
+             (_k(SANDBOX, "cannot_remount_the_package"),), "a fork server's worker keeps its user namespace's "
+             "capabilities and remounts the package writable"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),
@@ -183,7 +191,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if names is not None:\n            changed = {id(state[n])",
              "        if False:\n            changed = {id(state[n])", (_k("tests/test_memory.py", "as_many_parameters"),)),
     Mutation("referee-parked-left", "referee/session.py",
-             "            parameter.data = host.to(device, copy=True)", "            pass",
+             "            parameter.data = parameter.data.to(device, copy=True)  # (synchronous", "            pass  # (",
              (_k("tests/test_memory.py", "parked"),),
              "the referee's parameters left in host memory after the worker's change"),
     Mutation("upcast-products-whole", "referee/upcast.py",

@@ -117,6 +117,9 @@ def test_float64_reference_in_chunks_when_over_its_budget(fast, tmp_path):
 CONVOLUTION = """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+
+SEEN = []  # (dtype, whether cuDNN was on) at each call
 
 
 class Model(nn.Module):
@@ -125,7 +128,8 @@ class Model(nn.Module):
         self.conv = nn.Conv2d(channels, 8, 3)
 
     def forward(self, x):
-        return torch.relu(self.conv(x))
+        SEEN.append((x.dtype, torch.backends.cudnn.enabled))
+        return torch.relu({call})
 
 
 channels = {channels}
@@ -140,25 +144,29 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("channels, without_cudnn", [(4, True), (64, False)])
+@pytest.mark.parametrize("channels, call, without_cudnn", [
+    (4, "self.conv(x)", True), (64, "self.conv(x)", False),
+    (4, "F.conv2d(x, self.conv.weight, self.conv.bias)", True), (64, "F.conv2d(input=x, weight=self.conv.weight)", False)])
 def test_convolutions_run_in_float64_without_cudnn_where_their_columns_fit_a_share_of_a_chunk(
-        fast, tmp_path, channels, without_cudnn):
-    """referee/plan.COLUMNS_SHARE: a convolution whose float64 columns without cuDNN (a sample's unfolded input:
-    channels x 3 x 3 kernel x 30 x 30 positions x 8 bytes, 0.25 MiB at 4 channels, 4 MiB at 64) fit a quarter of a
-    chunk's budget (1 MiB here) runs without cuDNN in the float64 run, and the result says so; a larger one keeps
-    cuDNN (a workspace of gigabytes on an H200 for the first kind: `tests/test_gpu.py -k native_output`). On the CPU
-    the choice is made and said alike; either way the truth is float64's."""
-    problem = tmp_path / "conv.py"
-    problem.write_text(CONVOLUTION.replace("{channels}", str(channels)))
-    options = fast.replace(check={"trials": 2, "float64_budget_mb": 1}, probes=False)
-    result = api.evaluate(problem, honest(problem, tmp_path), options)
-    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
-    plan = result.memory["reference"]
-    assert ("convolutions" in plan) == without_cudnn, plan
-    if without_cudnn:
-        assert plan["convolutions"].startswith(f"without cuDNN (PyTorch's own: a sample's columns, "
-                                               f"{channels * 9 * 30 * 30 * 8 / 2**20:.1f} MiB"), plan
-    assert all(t.compared_to == "float64" for t in result.trials)
+        tmp_path, channels, call, without_cudnn):
+    """referee/plan.COLUMNS_SHARE: where every convolution's float64 columns without cuDNN (a sample's unfolded input:
+    channels x 3 x 3 kernel x 30 x 30 positions x 8 bytes, 0.25 MiB at 4 channels, 4 MiB at 64), seen as a module or
+    a functional call, fit a quarter of a chunk's budget (1 MiB here), the float64 run goes without cuDNN (its
+    switch off in the call, back on after; a workspace of gigabytes on an H200 for such a convolution:
+    `tests/test_gpu.py -k native_output`); larger columns keep it, and the native call always does."""
+    from kerneljudge.referee.session import RefereeSession
+    from kerneljudge.worker.build import import_problem
+
+    source = CONVOLUTION.replace("{channels}", str(channels)).replace("{call}", call)
+    module = import_problem(str(tmp_path / "conv.py"), source, {})
+    session = RefereeSession.build(module, torch.device("cpu"), 7, 8, kernelbench=False, float64_budget_bytes=1 << 20)
+    session.draw(3)
+    assert session.kept[3].expected64 is not None
+    assert session.plan.columns_bytes == channels * 9 * 30 * 30 * 8
+    seen = set(module.SEEN)
+    assert {enabled for dtype, enabled in seen if dtype == torch.float32} == {True}
+    assert {enabled for dtype, enabled in seen if dtype == torch.float64} == {not without_cudnn}, seen
+    assert torch.backends.cudnn.enabled
 
 
 def test_a_square_matrix_product_is_chunked_along_its_left_operand_alone(fast):

@@ -147,6 +147,24 @@ def test_the_package_is_read_only_for_the_worker(attack):
     assert not any(p.exists() for p in _plant_paths())
 
 
+@needs("mount", "user")
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_the_worker_holds_no_capability_and_cannot_remount_the_package_writable(attack, fast, fork_server):
+    """Started by the fork server (no new program: the launcher runs the worker in its own process), the worker
+    kept every capability its new user namespace gave it, remounted the package's mount writable and planted a
+    file there (a review's trial, twenty-fifth session): the launcher now drops them all, as a new program
+    without a bounding set started with none."""
+    options = fast.replace(worker={"fork_server": fork_server})
+    planted = sandbox.package_dir() / "zz_kj_remounted.txt"
+    try:
+        result, said = attack("remount", options)
+        assert said == ["capeff", "0000000000000000", "remount", "1", "blocked", "30"], said  # EPERM, then EROFS
+        assert not planted.exists()
+    finally:
+        planted.unlink(missing_ok=True)  # (where it got through: the suite's other evaluations watch this package)
+    assert result.verdict == "pass" and "sandbox-breach" not in codes(result), [(f.code, f.message) for f in result.findings]
+
+
 def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(tmp_path):
     """The judge runs in a process of its own from a copy of the package, so the planted files land in the
     copy: the suite's other evaluations (another test process among pytest-xdist's) watch the package

@@ -183,8 +183,10 @@ class WorkerProcess:
                                                             else ())])
         builds = [options.cache_dir / "builds", options.cache_dir / "triton"] if options.cache_dir else []
         writable = [self.workdir, *builds, *options.writable]
+        package = sandbox.package_dir()
         self.package_read_only = "mount" in self.sandbox.active and not any(
-            sandbox.package_dir().is_relative_to(Path(folder).resolve()) for folder in writable)
+            package.is_relative_to(folder) or folder.is_relative_to(package)
+            for folder in (Path(f).resolve() for f in writable))
         # what torch, triton and CUDA would write under the (read-only) home goes to writable places instead
         env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"))
         env.setdefault("TRITON_CACHE_DIR", str(builds[1] if builds else self.workdir / "triton"))

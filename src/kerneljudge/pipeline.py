@@ -234,8 +234,10 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                     return
             if options.probes:
                 with _judged_stage(run, judging, "probes", "integrity probes"):
-                    probe.run_probes(judging, seed)
-                    run.probe_info = dict(judging.info)
+                    try:
+                        probe.run_probes(judging, seed)
+                    finally:  # (what the probes saw and their times, a crash's too)
+                        run.probe_info = dict(judging.info)
                     if _blocked(judging):
                         return
             if options.hidden_recheck:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import clone_args
@@ -61,7 +62,6 @@ SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (
 # 256 MiB output's convolution held 2.5 GB on an H200 (10 outputs in the referee; 0.76 GB without cuDNN). Larger
 # columns (level2/78's transposed 3-D convolution: 2 GB a sample, for a 65 MB problem) keep cuDNN.
 COLUMNS_SHARE = 0.25
-CONVOLUTIONS = (torch.nn.modules.conv._ConvNd,)
 # A reduced truth (a loss over the batch cut into chunks) must be this near the native output of its draw (relative):
 # far above float32's rounding of a large mean, far below a wrong choice of mean or sum
 REDUCED_NEAR = 1e-3
@@ -89,31 +89,41 @@ def footprint(device: torch.device, start: int, model, inputs: list, outputs) ->
     return data
 
 
-@contextlib.contextmanager
-def watching_convolutions(columns: list[int]):
-    """In the block, each convolution module's float64 columns without cuDNN (`_columns_bytes`) appended to
-    `columns` (the reference's own modules; a functional convolution is not seen and keeps cuDNN)."""
-    def seen(module, args, output) -> None:
-        if isinstance(module, CONVOLUTIONS) and args and isinstance(args[0], torch.Tensor) \
-                and isinstance(output, torch.Tensor):
-            columns.append(_columns_bytes(module, args[0], output))
-
-    handle = torch.nn.modules.module.register_module_forward_hook(seen)
-    try:
-        yield
-    finally:
-        handle.remove()
+CONVOLUTION_OPS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                   "convolution", "_convolution")
 
 
-def _columns_bytes(module: torch.nn.modules.conv._ConvNd, x: torch.Tensor, out: torch.Tensor) -> int:
+class _Convolutions(TorchDispatchMode):
+    """Every convolution the block runs (modules and functional calls alike reach these operators), its float64
+    columns without cuDNN (`_columns_bytes`) appended to `columns`."""
+
+    def __init__(self, columns: list[int]):
+        super().__init__()
+        self.columns = columns
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in CONVOLUTION_OPS and isinstance(out, torch.Tensor):
+            given = {**{a.name: v for a, v in zip(func._schema.arguments, args)}, **(kwargs or {})}
+            transposed = bool(given.get("transposed", name.startswith("conv_transpose")))
+            self.columns.append(_columns_bytes(given["input"], given["weight"], transposed, int(given.get("groups", 1)),
+                                               out))
+        return out
+
+
+def watching_convolutions(columns: list[int]) -> ContextManager:
+    """In the block, each convolution's float64 columns without cuDNN appended to `columns`."""
+    return _Convolutions(columns)
+
+
+def _columns_bytes(x: torch.Tensor, weight: torch.Tensor, transposed: bool, groups: int, out: torch.Tensor) -> int:
     """The columns PyTorch's convolution without cuDNN unfolds for one sample, in float64: every input channel's
     kernel window at every output position (a transposed convolution: every output channel's at every input
-    position)."""
-    dims = len(module.kernel_size)
-    transposed = module.transposed
-    positions = math.prod((x if transposed else out).shape[-dims:])
-    channels = module.out_channels if transposed else module.in_channels
-    return channels * math.prod(module.kernel_size) * positions * 8
+    position). The weight is (out, in / groups, *kernel), transposed (in, out / groups, *kernel)."""
+    kernel = weight.shape[2:]
+    positions = math.prod((x if transposed else out).shape[-len(kernel):])
+    return weight.shape[1] * groups * math.prod(kernel) * positions * 8
 
 
 def chunk_floor_bytes(footprint_bytes: int, device: torch.device) -> int:
@@ -158,7 +168,7 @@ class Float64Plan:
             return {"float64": "native", "why": self.reason}
         said = {"convolutions": "without cuDNN (PyTorch's own: a sample's columns, "
                 f"{self.columns_bytes / 2**20:.1f} MiB, where cuDNN's workspace is unbounded)"} \
-            if self.without_cudnn else {}
+            if self.without_cudnn and self.device.type == "cuda" else {}
         if self.chunks > 1:
             along = " crossed with ".join(f"{split.describe()} ({count})" for split, count in self.cuts)
             return {"float64": "chunked", "chunks": self.chunks, "along": f"{along} (verified on a secret sample, "
@@ -167,14 +177,14 @@ class Float64Plan:
 
     @contextlib.contextmanager
     def convolutions(self) -> Iterator[None]:
-        """Around a float64 call: cuDNN off where `without_cudnn` (its other settings as they are)."""
-        if not self.without_cudnn:
+        """Around a float64 call: cuDNN off where `without_cudnn` (its switch alone: `cudnn.flags` sets every other
+        setting too, and raises where a problem set the convolutions' and the RNNs' TF32 apart)."""
+        enabled = torch._C._get_cudnn_enabled()
+        torch._C._set_cudnn_enabled(enabled and not self.without_cudnn)
+        try:
             yield
-            return
-        cudnn = torch.backends.cudnn
-        with cudnn.flags(enabled=False, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
-                         allow_tf32=cudnn.allow_tf32):
-            yield
+        finally:
+            torch._C._set_cudnn_enabled(enabled)
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given

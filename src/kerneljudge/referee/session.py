@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from kerneljudge.proc import memory
+from kerneljudge.proc import cudadriver, memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
@@ -76,8 +76,8 @@ class RefereeSession:
     # the evaluation's (atol, rtol) as options give them (either None: the output dtype's), which every comparison
     # uses: a native output within it of the float64 truth is let go (`expect`); None: native outputs are all kept
     tolerance: tuple[float | None, float | None] | None = None
-    parked: list[tuple[torch.nn.Parameter, torch.device, bool]] = field(default_factory=list)  # in host memory now
-    # (each with its device and whether its host memory is registered with CUDA: `_registered_copy`)
+    parked: list[tuple[torch.nn.Parameter, torch.device, torch.Tensor | None]] = field(default_factory=list)
+    # (in host memory now: each with its device, and its host copy where that is registered with CUDA)
 
     @classmethod
     def build(cls, problem, device: torch.device, init_seed: int, init_inputs_seed: int,
@@ -254,7 +254,7 @@ class RefereeSession:
         try:
             for parameter in movable:
                 host, registered = _registered_copy(parameter.data)
-                self.parked.append((parameter, parameter.device, registered))
+                self.parked.append((parameter, parameter.device, host if registered else None))
                 parameter.data = host
         except RuntimeError:  # (torch's error for a failed host allocation: the rest stay where they are)
             pass
@@ -262,12 +262,12 @@ class RefereeSession:
             torch.cuda.empty_cache()
 
     def _unpark(self) -> None:
-        for parameter, device, registered in self.parked:
-            host = parameter.data
-            parameter.data = host.to(device, copy=True)  # (synchronous: done with the host memory on return)
-            if registered:
-                torch.cuda.cudart().cudaHostUnregister(host.untyped_storage().data_ptr())
-        self.parked = []
+        while self.parked:  # (each let go once back: a copy that runs out of memory leaves the rest parked)
+            parameter, device, registered = self.parked[0]
+            parameter.data = parameter.data.to(device, copy=True)  # (synchronous: the host copy is read on return)
+            self.parked.pop(0)
+            if registered is not None:
+                cudadriver.unregister_host(registered.untyped_storage().data_ptr())
 
     def perturb(self, seed: int, names: list[str] | None, replace: bool) -> list[str]:
         """The probes' change of the reference's entries (proc/perturb.py; the worker makes the same)."""
@@ -311,11 +311,17 @@ def _registered_copy(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
     the driver's staging buffers (level3/2's 8.6 GB of parameters: 23 s of parks in a 50 s evaluation on an H100),
     and once unregistered it is given back like any other, where torch keeps its pinned blocks for the process's
     life. Plain pageable where registration fails."""
-    host = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
-    nbytes = host.untyped_storage().nbytes()
-    registered = t.device.type == "cuda" and nbytes > 0 and int(
-        torch.cuda.cudart().cudaHostRegister(host.untyped_storage().data_ptr(), nbytes, 0)) == 0
-    return host.copy_(t), registered
+    host = torch.empty_like(t, device="cpu")  # (its layout where dense, else contiguous)
+    storage = host.untyped_storage()
+    registered = t.device.type == "cuda" and storage.nbytes() > 0 and \
+        cudadriver.register_host(storage.data_ptr(), storage.nbytes())
+    try:
+        host.copy_(t)
+    except BaseException:
+        if registered:  # (never freed while registered)
+            cudadriver.unregister_host(storage.data_ptr())
+        raise
+    return host, registered
 
 
 def _pinned_copy(t: torch.Tensor) -> torch.Tensor:

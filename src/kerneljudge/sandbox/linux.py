@@ -25,6 +25,17 @@ PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -53,8 +64,11 @@ def prctl(option: int, value: int = 0) -> None:
 
 
 def drop_capabilities() -> None:
-    """Empty the capability bounding set and forbid gaining privileges: whatever the worker's user id, the
-    program it executes starts with no capability (no remounting the read-only view, no raw devices)."""
+    """Forbid gaining privileges, empty the capability bounding set, then drop every capability this process
+    holds (effective, permitted, inheritable, ambient): no remounting the read-only view, no uncovering a hidden
+    path, no raw devices, whatever the worker's user id, and whether the worker then executes a program or runs
+    in this process (a fork server's child: it kept the full set its new user namespace gave it, and a candidate
+    remounted the package writable)."""
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     cap = 0
     while True:
@@ -65,3 +79,6 @@ def drop_capabilities() -> None:
                 raise
             break
         cap += 1
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header, data = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()  # (version 3: two words of each set)
+    _check(_libc.capset(ctypes.byref(header), data), "capset")

@@ -16,6 +16,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              limit, together over the worker's memory limit) and hold it: how many held it at once
     swell    up to SWELL_MB written into an anonymous memory file: memory the address-space limit does not
              see, the memory cgroup does; "survived" if it got through
+    remount  the capabilities it holds (CapEff), then the mount holding the judge's package remounted writable
+             (a bind remount without MS_RDONLY: "remount 0" if the kernel let it) and a file planted there
 """
 import os
 import socket
@@ -132,7 +134,20 @@ def swell() -> str:
     return "survived"
 
 
-ATTACKS = {"plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
+def remount() -> str:
+    import ctypes
+
+    package = str(Path(kerneljudge.__file__).resolve().parent)
+    effective = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:"))
+    points = [line.split()[4] for line in open("/proc/self/mountinfo")]
+    point = max((p for p in points if package == p or package.startswith(p.rstrip("/") + "/")), key=len)
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = libc.mount(None, point.encode(), None, ctypes.c_ulong(32 | 4096), None)  # MS_REMOUNT | MS_BIND
+    return "\n".join((f"capeff {effective}", f"remount {ctypes.get_errno() if done else 0}",
+                      write(Path(package) / "zz_kj_remounted.txt", b"planted")))
+
+
+ATTACKS = {"remount": remount, "plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
