@@ -158,6 +158,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    _check(_libc.capset(ctypes.byref(header), data), \"capset\")", "    pass",
              (_k(SANDBOX, "cannot_remount_the_package"),), "a fork server's worker keeps its user namespace's "
              "capabilities and remounts the package writable"),
+    Mutation("sandbox-root-capabilities-kept", "sandbox/launch.py",
+             "        linux.clear_capabilities()\n", "        pass\n",
+             (_k(SANDBOX, "cannot_remount_the_package"),), "without the user namespace, a worker started by root "
+             "keeps root's capabilities and remounts the package writable"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),

@@ -158,6 +158,7 @@ def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
         _try("user", linux.drop_capabilities)
     else:
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+        linux.clear_capabilities()
 
 
 def _try(layer: str, step) -> None:
