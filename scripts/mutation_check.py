@@ -146,14 +146,6 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("plan-parameter-heavy-whole", "referee/plan.py",
              "            if reserved_bytes >= PARAMETER_HEAVY_FROM_BYTES and", "            if False and", (_k("tests/test_memory.py", "parameter_heavy"),),
              "a parameter-heavy reference's float64 run whole (level2's Gemm rows 3.3x against 3.16x)"),
-    Mutation("plan-convolutions-keep-cudnn", "referee/plan.py",
-             "self.columns_bytes <= COLUMNS_SHARE * self.chunk_bytes", "self.columns_bytes < 0",
-             (_k("tests/test_memory.py", "without_cudnn_where_their_columns"),), "the float64 run's convolutions keep cuDNN whatever "
-             "their columns (its float64 workspace: 10 outputs in the referee)"),
-    Mutation("plan-convolutions-cudnn-left-on", "referee/plan.py",
-             "torch._C._set_cudnn_enabled(enabled and not self.without_cudnn)", "pass",
-             (_k("tests/test_memory.py", "without_cudnn_where_their_columns"),),
-             "the plan chooses the float64 run without cuDNN but leaves cuDNN on"),
     Mutation("sandbox-capabilities-kept", "sandbox/linux.py",
              "    _check(_libc.capset(ctypes.byref(header), data), \"capset\")", "    pass",
              (_k(SANDBOX, "cannot_remount_the_package"),), "a fork server's worker keeps its user namespace's "

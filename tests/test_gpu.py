@@ -214,23 +214,16 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     (`reference-imprecise`), in pinned host memory (referee/session.NATIVE_IN_HOST_FROM_BYTES), read a block at a
     time: between draws the referee holds the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
     it was the worker's output beside the referee's native output and truth: 3.15 footprints at level1/54). The
-    honest candidate passes against the native output, a wrong one fails. The float64 run's convolution goes
-    without cuDNN (referee/plan.COLUMNS_SHARE): with it, cuDNN's float64 engine held 2.5 GB in the check stage on an
-    H200 (the referee's peak 10.1 outputs; 2.82 without, twenty-fifth session), where the draw holds the native
-    output, the truth (float32) and a float64 chunk; the judge's peak adds what the worker holds meanwhile (its
-    inputs and workspaces: 3.37 outputs in all, 1.57 footprints, the footprint counting the TF32 call's workspace)."""
+    honest candidate passes against the native output, a wrong one fails."""
     problem, honest, wrong = _problem_honest_and_wrong(tmp_path, TF32_CONVOLUTION)
     result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
     assert "reference-imprecise" in {f.code for f in result.findings}
     output_bytes = 16 * 1024 * 64 * 64 * 4
     memory = result.memory
-    print(f"judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs, {memory['peak_over_footprint']} "
-          f"footprints, referee's stages "
+    print(f"judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs, referee's stages "
           f"{ {stage: round(memory['stages'][stage]['referee'] / output_bytes, 2) for stage in ('check', 'probes')} }")
-    assert "convolutions" in memory["reference"], memory["reference"]
-    assert max(memory["stages"][stage]["referee"] for stage in ("check", "probes")) / output_bytes < 3.0, memory
-    assert memory["judge_peak_bytes"] / output_bytes < 3.6 and memory["peak_over_footprint"] < 2.0, memory
+    assert memory["judge_peak_bytes"] / output_bytes < 2.8, memory
     _fails_as_wrong(problem, wrong, on_gpu)
 
 

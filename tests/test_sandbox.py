@@ -167,6 +167,21 @@ def test_the_worker_holds_no_capability_and_cannot_remount_the_package_writable(
     assert result.verdict == "pass" and "sandbox-breach" not in codes(result), [(f.code, f.message) for f in result.findings]
 
 
+@pytest.mark.parametrize("name", ["tail", "fifo"])
+def test_the_workers_output_is_read_through_the_judges_own_descriptor(attack, fast, tmp_path, monkeypatch, name):
+    """The worker's output log lies in its own folder: a candidate swapped it for a link to a file hidden from it
+    (the judge read the file into the result's output tail: the results store, a red-team trial of the twenty-fifth
+    session) or for a FIFO (the judge's read waited for ever). The judge reads the log it made, through its own
+    descriptor: the crash is an error with the worker's real output, nothing of the hidden file."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("kj-secret-bytes")
+    monkeypatch.setenv("KJ_TEST_SECRET", str(secret))
+    result, _ = attack(name, fast.replace(worker={"hidden": (str(secret),)}))
+    assert result.verdict == "error", [(f.code, f.message) for f in result.findings]
+    text = json.dumps(result.to_json())
+    assert "kj-secret-bytes" not in text
+
+
 def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(tmp_path):
     """The judge runs in a process of its own from a copy of the package, so the planted files land in the
     copy: the suite's other evaluations (another test process among pytest-xdist's) watch the package

@@ -105,6 +105,7 @@ class WorkerProcess:
         self.process: subprocess.Popen | spawn.Forked | None = None
         self.dead = False
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
+        self.log_fd: int | None = None  # the log as the judge made it (`start`), read by `output_tail`
         self.sandbox: sandbox.Layers | None = None  # the worker's sandbox layers (None: the referee)
         self.watch: sandbox.Watch | None = None
         self.cgroup: sandbox.Cgroup | None = None
@@ -137,6 +138,10 @@ class WorkerProcess:
         judgeimports.load()  # before any candidate code runs: the judge imports nothing after it
         self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-"))
         self.log_path = self.workdir / "output.log"
+        # read back through this descriptor alone: the path is in the worker's own folder, where a candidate swapped
+        # the file for a link to a path hidden from it (the judge read the results store into the result's output
+        # tail) or for a FIFO (the judge waited on it for ever)
+        self.log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         to_worker_r, to_worker_w = channel.pair()  # sockets: sealed blobs cross as descriptors
         from_worker_r, from_worker_w = channel.pair()
         env = sandbox.launcher_env(dict(os.environ))
@@ -147,7 +152,7 @@ class WorkerProcess:
         try:
             if self.role == "worker" and sys.platform.startswith("linux"):
                 command = self._sandboxed(command, env)
-            with open(self.log_path, "wb") as log:
+            with os.fdopen(os.dup(self.log_fd), "wb") as log:
                 self.process = spawn.start(command, env=env, cwd=str(self.workdir), log=log,
                                            pass_fds=(to_worker_r, from_worker_w),
                                            fork_server=self.options.fork_server, warm=self.role == "referee")
@@ -155,6 +160,8 @@ class WorkerProcess:
             if self.cgroup is not None:  # made for a process that never started: close() will not see it
                 self.cgroup.remove()
                 self.cgroup = None
+            os.close(self.log_fd)
+            self.log_fd = None
             raise
         os.close(to_worker_r)
         os.close(from_worker_w)
@@ -364,13 +371,11 @@ class WorkerProcess:
         """The end of what the worker (and the candidate) printed (also after close())."""
         if self.final_tail is not None:
             return self.final_tail[-chars:]
+        fd = self.log_fd
         try:
-            with open(self.log_path, "rb") as log:
-                log.seek(0, os.SEEK_END)
-                size = log.tell()
-                log.seek(max(0, size - chars))
-                return log.read().decode(errors="replace")
-        except OSError:
+            size = os.fstat(fd).st_size if fd is not None else 0
+            return os.pread(fd, min(chars, size), max(0, size - chars)).decode(errors="replace") if size else ""
+        except OSError:  # (closed meanwhile by close(), from another thread)
             return ""
 
     def kill(self) -> None:
@@ -423,6 +428,9 @@ class WorkerProcess:
             self.watch = None
         if getattr(self, "workdir", None) is not None:
             self.final_tail = self.output_tail()
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
 
     def _ended(self, timeout_s: float) -> bool:

@@ -15,9 +15,6 @@ the chunks' (weighted by their lengths) or their sum, verified on a secret sampl
 The truth is kept in float32 where the output is not float64 (its rounding, 6e-8 relative, is under a thousandth
 of the float32 tolerance), so it is no larger than the output. The chosen cut is then checked whole: the native
 reference run over the very chunks must give its full output (`_chunks_agree`).
-Convolutions run in float64 without cuDNN where PyTorch's own convolution's columns (one sample's unfolded input)
-fit a share of a chunk's budget (`COLUMNS_SHARE`): cuDNN's float64 engines may take a workspace far beyond the
-run's own tensors, where those columns are bounded by the sizes the plan cuts by.
 """
 
 from __future__ import annotations
@@ -27,10 +24,9 @@ import itertools
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc import memory
 from kerneljudge.proc.inputs import clone_args
@@ -57,11 +53,6 @@ FLOOR_FOOTPRINT_SHARE = 0.5
 PARAMETER_HEAVY_CHUNKS = 8
 PARAMETER_HEAVY_FROM_BYTES = 256 << 20
 SAMPLE_SHARE = 4  # a value-only float64 pass runs on this fraction of a chunk (`Float64Plan.sample`)
-# Convolutions whose float64 columns without cuDNN (one sample's unfolded input, or a transposed one's unfolded output)
-# take at most this share of a chunk's budget run without cuDNN in the float64 run: cuDNN's float64 engine for a
-# 256 MiB output's convolution held 2.5 GB on an H200 (10 outputs in the referee; 0.76 GB without cuDNN). Larger
-# columns (level2/78's transposed 3-D convolution: 2 GB a sample, for a 65 MB problem) keep cuDNN.
-COLUMNS_SHARE = 0.25
 # A reduced truth (a loss over the batch cut into chunks) must be this near the native output of its draw (relative):
 # far above float32's rounding of a large mean, far below a wrong choice of mean or sum
 REDUCED_NEAR = 1e-3
@@ -89,43 +80,6 @@ def footprint(device: torch.device, start: int, model, inputs: list, outputs) ->
     return data
 
 
-CONVOLUTION_OPS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-                   "convolution", "_convolution")
-
-
-class _Convolutions(TorchDispatchMode):
-    """Every convolution the block runs (modules and functional calls alike reach these operators), its float64
-    columns without cuDNN (`_columns_bytes`) appended to `columns`."""
-
-    def __init__(self, columns: list[int]):
-        super().__init__()
-        self.columns = columns
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        if name in CONVOLUTION_OPS and isinstance(out, torch.Tensor):
-            given = {**{a.name: v for a, v in zip(func._schema.arguments, args)}, **(kwargs or {})}
-            transposed = bool(given.get("transposed", name.startswith("conv_transpose")))
-            self.columns.append(_columns_bytes(given["input"], given["weight"], transposed, int(given.get("groups", 1)),
-                                               out))
-        return out
-
-
-def watching_convolutions(columns: list[int]) -> ContextManager:
-    """In the block, each convolution's float64 columns without cuDNN appended to `columns`."""
-    return _Convolutions(columns)
-
-
-def _columns_bytes(x: torch.Tensor, weight: torch.Tensor, transposed: bool, groups: int, out: torch.Tensor) -> int:
-    """The columns PyTorch's convolution without cuDNN unfolds for one sample, in float64: every input channel's
-    kernel window at every output position (a transposed convolution: every output channel's at every input
-    position). The weight is (out, in / groups, *kernel), transposed (in, out / groups, *kernel)."""
-    kernel = weight.shape[2:]
-    positions = math.prod((x if transposed else out).shape[-len(kernel):])
-    return weight.shape[1] * groups * math.prod(kernel) * positions * 8
-
-
 def chunk_floor_bytes(footprint_bytes: int, device: torch.device) -> int:
     """The float64 run's size under which it stays whole: CHUNK_FLOOR_BYTES on a CPU (where more calls cost time
     and memory is seldom this tight), on a GPU FLOOR_FOOTPRINT_SHARE of the footprint within CHUNK_FLOOR_LEAST_BYTES
@@ -147,7 +101,6 @@ class Float64Plan:
         self.reason: str | None = None  # why the float64 reference is not used
         self.separable: bool | None = None
         self.cuts: Cuts = ()  # how the chunks are cut, once found separable: one split, or two crossing
-        self.columns_bytes: int | None = None  # the native call's convolutions' float64 columns, the largest
 
     @property
     def usable(self) -> bool:
@@ -157,34 +110,14 @@ class Float64Plan:
         if self.reason is None:
             self.reason = reason
 
-    @property
-    def without_cudnn(self) -> bool:
-        """Whether the float64 run's convolutions go without cuDNN: there are some, and their columns fit
-        COLUMNS_SHARE of a chunk's budget."""
-        return bool(self.columns_bytes) and self.columns_bytes <= COLUMNS_SHARE * self.chunk_bytes
-
     def describe(self) -> dict[str, Any]:
         if self.reason is not None:
             return {"float64": "native", "why": self.reason}
-        said = {"convolutions": "without cuDNN (PyTorch's own: a sample's columns, "
-                f"{self.columns_bytes / 2**20:.1f} MiB, where cuDNN's workspace is unbounded)"} \
-            if self.without_cudnn and self.device.type == "cuda" else {}
         if self.chunks > 1:
             along = " crossed with ".join(f"{split.describe()} ({count})" for split, count in self.cuts)
             return {"float64": "chunked", "chunks": self.chunks, "along": f"{along} (verified on a secret sample, "
-                    "then over the chunks)" if self.cuts else "not chosen yet", **said}
-        return {"float64": "full", **said}
-
-    @contextlib.contextmanager
-    def convolutions(self) -> Iterator[None]:
-        """Around a float64 call: cuDNN off where `without_cudnn` (its switch alone: `cudnn.flags` sets every other
-        setting too, and raises where a problem set the convolutions' and the RNNs' TF32 apart)."""
-        enabled = torch._C._get_cudnn_enabled()
-        torch._C._set_cudnn_enabled(enabled and not self.without_cudnn)
-        try:
-            yield
-        finally:
-            torch._C._set_cudnn_enabled(enabled)
+                    "then over the chunks)" if self.cuts else "not chosen yet"}
+        return {"float64": "full"}
 
     def size(self, footprint: dict[str, int], device: torch.device, reserved_bytes: int = 0) -> None:
         """Chunks enough for the float64 run (the native run's memory, doubled) to fit the budget: the given

@@ -18,6 +18,9 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              see, the memory cgroup does; "survived" if it got through
     remount  the capabilities it holds (CapEff), then the mount holding the judge's package remounted writable
              (a bind remount without MS_RDONLY: "remount 0" if the kernel let it) and a file planted there
+    tail     its output log (in its own folder) swapped for a link to $KJ_TEST_SECRET, a file hidden from it, then
+             the process ended: the judge reads the log's tail into the result
+    fifo     its output log swapped for a FIFO, then the process ended: the judge's read would wait for a writer
 """
 import os
 import socket
@@ -147,7 +150,16 @@ def remount() -> str:
                       write(Path(package) / "zz_kj_remounted.txt", b"planted")))
 
 
-ATTACKS = {"remount": remount, "plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
+def swapped_log(make) -> None:
+    log = Path.cwd() / "output.log"
+    log.unlink()
+    make(log)
+    sys.stdout.flush()
+    os._exit(3)
+
+
+ATTACKS = {"tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+           "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
