@@ -85,6 +85,10 @@ def drop_capabilities() -> None:
 def clear_capabilities() -> None:
     """Drop every capability this process holds (ambient, effective, permitted, inheritable): always allowed, with
     or without a user namespace (a judge run as root without one gave its worker root's)."""
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    try:
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError as exc:  # EINVAL: a kernel before ambient capabilities (4.3) has none to clear
+        if exc.errno != 22:
+            raise
     header, data = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()  # (version 3: two words of each set)
     _check(_libc.capset(ctypes.byref(header), data), "capset")
