@@ -154,6 +154,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        linux.clear_capabilities()\n", "        pass\n",
              (_k(SANDBOX, "cannot_remount_the_package"),), "without the user namespace, a worker started by root "
              "keeps root's capabilities and remounts the package writable"),
+    Mutation("range-original-stale", "proc/perturb.py",
+             "        if copy is None or stamp is None or stamp != _stamp(entry):", "        if copy is None:",
+             (_k(REFEREE, "copied_once_and_again"),), "a range move reuses an original copied before the entry "
+             "changed, and puts back the old values"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),

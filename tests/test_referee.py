@@ -930,3 +930,37 @@ def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing
     if atol is None:  # a comparison at another tolerance than the one the native output was let go within
         with pytest.raises(ValueError, match="let go within the tolerance"):
             compared(letting_go, 5, native, atol=1e-3, rtol=1e-3)
+
+
+def test_a_range_moves_original_is_copied_once_and_again_where_the_entry_changed_since(monkeypatch):
+    """proc/perturb.Originals: the entries range moves change are copied into host memory once and kept until the
+    moves end (the round robin moves a weight at four scales: each copy out of a GPU went through pageable memory,
+    in both processes); a later move of an entry unchanged since it was put back takes no new copy, one changed
+    in place since (its version moved) or replaced by another tensor is copied again; every put-back gives the
+    values the entry had before its move; past KEPT_ORIGINALS_BYTES the copies not moved now are let go, and the
+    end of the moves lets go of all."""
+    from kerneljudge.proc.perturb import Originals, Transform, move, put_back
+
+    weight, bias = torch.randn(8, 8), torch.randn(8)
+    state = {"w": weight, "b": bias}
+    before = {name: t.clone() for name, t in state.items()}
+    originals = Originals()
+    move(state, originals, Transform("w", 10.0))
+    first = originals.kept["w"][0]
+    assert torch.equal(weight, before["w"] * 10) and torch.equal(first, before["w"])
+    move(state, originals, Transform("b", -1.0))  # w put back, b moved
+    assert torch.equal(weight, before["w"]) and torch.equal(bias, -before["b"])
+    move(state, originals, Transform("w", 100.0))
+    assert originals.kept["w"][0] is first  # unchanged since put back: no second copy
+    put_back(state, originals)
+    weight.add_(1.0)  # changed in place since: copied again, and put back as it is now
+    move(state, originals, Transform("w", 0.1))
+    assert originals.kept["w"][0] is not first and torch.equal(originals.kept["w"][0], before["w"] + 1)
+    put_back(state, originals)
+    state["w"] = torch.zeros(8, 8)  # another tensor under the name: copied again
+    move(state, originals, Transform("w", 2.0))
+    assert torch.equal(originals.kept["w"][0], torch.zeros(8, 8))
+    monkeypatch.setattr(perturb, "KEPT_ORIGINALS_BYTES", 8 * 8 * 4)  # room for one 8 x 8 copy
+    move(state, originals, Transform("b", 3.0))
+    assert list(originals.kept) == ["b"]  # w's copy let go: b is moved now
+    assert move(state, originals, None) == ["b"] and not originals.kept and torch.equal(bias, before["b"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 import torch
@@ -152,23 +152,76 @@ def perturbation(state: dict[str, torch.Tensor], parameters: set[str], seed: int
         yield name, t
 
 
-def move(state: dict[str, torch.Tensor], originals: dict[str, torch.Tensor], transform: Transform | None) -> list[str]:
-    """Put back the entries the previous range probe moved (kept in `originals`, in host memory: a copy held
-    while the probe's calls run, which on a GPU took a second footprint of level2/64's weight in both processes;
-    one no longer in `state`, as a ModelNew that dropped it, is let go of), then move `transform`'s target if it
-    is a state entry: the names of the entries that changed."""
-    names = [name for name in originals if name in state]
+#: The most host memory a process's kept originals take (`Originals`); past it, the ones not moved now are let go.
+KEPT_ORIGINALS_BYTES = 4 << 30
+
+
+@dataclass
+class Originals:
+    """The state entries range moves changed, each copied into host memory (a copy held on the device took a second
+    footprint of level2/64's weight in both processes) and kept until the moves end: an entry moved again, unchanged
+    since it was put back (the same tensor, memory and version), takes no second copy (the round robin over the
+    targets moves level2/51's 256 MiB weight at four scales, and each copy out of a GPU went through pageable memory,
+    in both processes: the range probes were 2.9-3.2 s of a served evaluation on an H100). `moved`: the entries
+    changed now."""
+
+    kept: dict[str, tuple[torch.Tensor, tuple | None]] = field(default_factory=dict)  # name -> (copy, stamp)
+    moved: list[str] = field(default_factory=list)
+
+
+def _stamp(t: torch.Tensor) -> tuple | None:
+    """What tells an entry unchanged since it was put back (None: it cannot be told, an inference tensor without
+    a version counter)."""
+    try:
+        return id(t), t.data_ptr(), t._version
+    except RuntimeError:
+        return None
+
+
+def put_back(state: dict[str, torch.Tensor], originals: Originals) -> list[str]:
+    """Put back the entries moved now from their copies (kept, stamped as put back; one no longer in `state`, as a
+    ModelNew that dropped it, is let go of): their names."""
+    names = [name for name in originals.moved if name in state]
     with torch.no_grad():
-        for name in list(originals):
-            original = originals.pop(name)
+        for name in originals.moved:
+            copy, _ = originals.kept.pop(name)
             if name in state:
-                state[name].copy_(original)
-        if transform is not None and transform.target in state:
-            entry = state[transform.target]
-            originals[transform.target] = entry.detach().to("cpu", copy=True)
-            entry.mul_(transform.scale).add_(transform.shift)
-            names.append(transform.target)
+                state[name].copy_(copy)
+                originals.kept[name] = (copy, _stamp(state[name]))
+    originals.moved = []
     return names
+
+
+def move(state: dict[str, torch.Tensor], originals: Originals, transform: Transform | None) -> list[str]:
+    """Put back the entries the previous range probe moved, then move `transform`'s target if it is a state entry
+    (from a copy kept since an earlier move where the entry is unchanged since); no transform: the moves end, the
+    copies are let go. The names of the entries that changed."""
+    names = put_back(state, originals)
+    if transform is None:
+        originals.kept.clear()
+        return names
+    if transform.target in state:
+        entry = state[transform.target]
+        copy, stamp = originals.kept.pop(transform.target, (None, None))
+        if copy is None or stamp is None or stamp != _stamp(entry):
+            copy = entry.detach().to("cpu", copy=True)
+        _within(originals, KEPT_ORIGINALS_BYTES - _bytes(copy))
+        originals.kept[transform.target] = (copy, None)
+        originals.moved.append(transform.target)
+        with torch.no_grad():
+            entry.mul_(transform.scale).add_(transform.shift)
+        names.append(transform.target)
+    return names
+
+
+def _within(originals: Originals, budget_bytes: int) -> None:
+    """Let go of the oldest kept copies until the rest take at most `budget_bytes`."""
+    while originals.kept and sum(_bytes(copy) for copy, _ in originals.kept.values()) > budget_bytes:
+        originals.kept.pop(next(iter(originals.kept)))
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]:

@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kerneljudge.proc.inputs import clone_args
-from kerneljudge.proc.perturb import INPUTS, Transform, move
+from kerneljudge.proc.perturb import INPUTS, Originals, Transform, move, put_back
 from kerneljudge.referee.compare import Outline, all_finite, as_tensors, float64_blocks, rms
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
@@ -138,7 +138,7 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     centered_inputs: set[int] = set()
     base, base_rms = _covered(model, clone_args(args), centered_inputs) or ({}, 1.0)
     state = model.state_dict(keep_vars=True)
-    originals: dict[str, torch.Tensor] = {}
+    originals = Originals()
     found: list[tuple[Transform, dict[str, set[int]], float]] = []
     overflowing = []
     started = clock_ms()
@@ -154,13 +154,14 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
             try:
                 seen = _covered(model, clone_args(args))
             finally:
-                move(state, originals, None)
+                put_back(state, originals)  # (its copy kept for the target's next move)
         else:
             seen = _covered(model, transform.inputs(clone_args(args)))
         if seen is None:
             overflowing.append(transform.label)
         else:
             found.append((transform, seen[0], max(1.0, seen[1] / max(base_rms, 1e-30))))
+    move(state, originals, None)  # (the copies let go)
     covered = {site: set(bins) for site, bins in base.items()}
     chosen = []
     while len(chosen) < MAX_PROBES and found:

@@ -18,7 +18,7 @@ import torch
 from kerneljudge.proc import cudadriver, memory
 from kerneljudge.proc.inputs import build_seeded, clone_args, make_inputs, owned, seed_generators, synchronize
 from kerneljudge.proc.rng import CallSeeding
-from kerneljudge.proc.perturb import Transform, entries, entry_checksum, move, perturb
+from kerneljudge.proc.perturb import Originals, Transform, entries, entry_checksum, move, perturb
 from kerneljudge.referee import compare
 from kerneljudge.referee.plan import Float64Plan, footprint, measure_start
 from kerneljudge.referee.precision import Precisions, tensor_attributes
@@ -72,7 +72,7 @@ class RefereeSession:
     plan: Float64Plan
     kept: dict[int, Expectation] = field(default_factory=dict)
     footprint: dict[str, int] = field(default_factory=dict)  # measured on the first expectation
-    range_originals: dict[str, torch.Tensor] = field(default_factory=dict)  # entries a range probe changed
+    range_originals: Originals = field(default_factory=Originals)  # entries a range probe changed
     # the evaluation's (atol, rtol) as options give them (either None: the output dtype's), which every comparison
     # uses: a native output within it of the float64 truth is let go (`expect`); None: native outputs are all kept
     tolerance: tuple[float | None, float | None] | None = None

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from kerneljudge.proc.inputs import synchronize
+from kerneljudge.proc.perturb import Originals
 from kerneljudge.proc.rng import CallSeeding
 from kerneljudge.worker.build import Loaded
 from kerneljudge.worker.guard import Guard
@@ -40,7 +41,7 @@ class Session:
     reference_parameters: set[str] = field(default_factory=set)
     own_copies: dict[str, torch.Tensor] = field(default_factory=dict)
     reference_bytes: int = 0  # the reference's state's bytes, a tied tensor once
-    range_originals: dict[str, torch.Tensor] = field(default_factory=dict)
+    range_originals: Originals = field(default_factory=Originals)
 
     def held_entries(self) -> dict[str, torch.Tensor]:
         """ModelNew's parameters and buffers by name (the objects themselves), none if it is not a Module."""

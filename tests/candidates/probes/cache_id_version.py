@@ -20,4 +20,5 @@ class ModelNew(nn.Module):
             self._w_mean = self.gemm.weight.mean(0)
             self._c = self.gemm.bias.mean() - self.subtract.mean()
             self._key = key
+            self._keyed = list(self.parameters())  # (held: a freed object's id, reused by a new one, kept the key)
         return x + F.gelu(x @ self._w_mean + self._c).unsqueeze(1)
