@@ -356,14 +356,21 @@ def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
 
 def test_the_range_plan_puts_back_every_state_entry_it_moved():
     """The range plan moves each state entry it tries in place (no float64 copy of the model) and puts it back from
-    its copy: with a clock that never ends its budget, every entry of a small model is tried, and the model's
-    state is the same bit for bit after (a moved weight left in place changes every later expectation)."""
+    its copy: with a clock that never ends its budget, every entry of a small model is tried, each call of the
+    plan sees one entry moved at most (the one its move tried; none where the inputs are moved), and the model's state is the same bit for bit after
+    (a moved weight left in place changes every later expectation)."""
     from kerneljudge.referee import ranges
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
     before = {name: t.clone() for name, t in model.state_dict().items()}
-    ranges.plan(model, [torch.randn(16, 8)], seed=3, clock_ms=lambda: 0.0)
+    x = torch.randn(16, 8)
+    moved_at_calls = []  # (the inputs moved?, the entries moved) at each call
+    model.register_forward_pre_hook(lambda module, args: moved_at_calls.append((not torch.equal(args[0], x), [
+        name for name, t in module.state_dict().items() if not torch.equal(t, before[name])])))
+    ranges.plan(model, [x], seed=3, clock_ms=lambda: 0.0)
+    assert any(inputs for inputs, _ in moved_at_calls) and any(entries for _, entries in moved_at_calls)
+    assert all(len(entries) <= (0 if inputs else 1) for inputs, entries in moved_at_calls), moved_at_calls
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before), [
         name for name in before if not torch.equal(before[name], after[name])]
