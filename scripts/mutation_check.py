@@ -158,6 +158,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if copy is None or stamp is None or stamp != _stamp(entry):", "        if copy is None:",
              (_k(REFEREE, "copied_once_and_again"),), "a range move reuses an original copied before the entry "
              "changed, and puts back the old values"),
+    Mutation("sandbox-kernel-settings-writable", "sandbox/launch.py",
+             'KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger")', "KERNEL_SETTINGS = ()",
+             (_k(SANDBOX, "cannot_write_the_kernels_settings"),), "a worker with root's user id writes /proc/sys"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),

@@ -971,3 +971,22 @@ def test_a_range_moves_original_is_copied_once_and_again_where_the_entry_changed
     move(state, originals, Transform("b", 3.0))
     assert list(originals.kept) == ["b"]  # w's copy let go: b is moved now
     assert move(state, originals, None) == ["b"] and not originals.kept and torch.equal(bias, before["b"])
+
+
+def test_a_range_move_that_fails_leaves_the_next_ones_working():
+    """proc/perturb.put_back: a move whose change raises (a tensor made under inference mode, where the worker's
+    candidate may leave one) leaves the moves after it working: the entry put back where its copy is kept, never a
+    lookup of a copy already let go."""
+    from kerneljudge.proc.perturb import Originals, Transform, move
+
+    with torch.inference_mode():
+        frozen = torch.randn(4)
+    state = {"w": frozen, "b": torch.randn(4)}
+    before = state["b"].clone()
+    originals = Originals()
+    with pytest.raises(RuntimeError):
+        move(state, originals, Transform("w", 10.0))  # (an in-place change of an inference tensor outside it)
+    move(state, originals, Transform("b", 2.0))
+    assert torch.equal(state["b"], before * 2)
+    move(state, originals, None)
+    assert torch.equal(state["b"], before) and not originals.kept and not originals.moved

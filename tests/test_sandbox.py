@@ -167,6 +167,19 @@ def test_the_worker_holds_no_capability_and_cannot_remount_the_package_writable(
     assert result.verdict == "pass" and "sandbox-breach" not in codes(result), [(f.code, f.message) for f in result.findings]
 
 
+@needs("mount", "user")
+@pytest.mark.parametrize("off", [(), ("user",)])
+def test_a_worker_with_roots_user_id_cannot_write_the_kernels_settings(attack, fast, off):
+    """A judge run as root gives its worker root's user id (in the user namespace, mapped to itself; or without
+    it): with no capability left, /proc/sys was still writable by its files' owner (a review's trial, twenty-fifth
+    session: core_pattern's handler runs as root on the host). The worker's mount namespace has it read-only."""
+    if os.geteuid() != 0:
+        pytest.skip("a worker with root's user id needs a judge run as root")
+    result, said = attack("sysctl", fast.replace(worker={"sandbox_off": off}))
+    assert said == ["blocked", "30"], said  # EROFS
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+
+
 @pytest.mark.parametrize("name", ["tail", "fifo"])
 def test_the_workers_output_is_read_through_the_judges_own_descriptor(attack, fast, tmp_path, monkeypatch, name):
     """The worker's output log lies in its own folder: a candidate swapped it for a link to a file hidden from it

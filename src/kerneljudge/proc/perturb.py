@@ -181,14 +181,14 @@ def _stamp(t: torch.Tensor) -> tuple | None:
 def put_back(state: dict[str, torch.Tensor], originals: Originals) -> list[str]:
     """Put back the entries moved now from their copies (kept, stamped as put back; one no longer in `state`, as a
     ModelNew that dropped it, is let go of): their names."""
-    names = [name for name in originals.moved if name in state]
+    moved, originals.moved = originals.moved, []  # (a put-back that fails is not tried again with a copy let go)
+    names = [name for name in moved if name in state]
     with torch.no_grad():
-        for name in originals.moved:
-            copy, _ = originals.kept.pop(name)
-            if name in state:
+        for name in moved:
+            copy, _ = originals.kept.pop(name, (None, None))
+            if copy is not None and name in state:
                 state[name].copy_(copy)
                 originals.kept[name] = (copy, _stamp(state[name]))
-    originals.moved = []
     return names
 
 
@@ -207,9 +207,9 @@ def move(state: dict[str, torch.Tensor], originals: Originals, transform: Transf
             copy = entry.detach().to("cpu", copy=True)
         _within(originals, KEPT_ORIGINALS_BYTES - _bytes(copy))
         originals.kept[transform.target] = (copy, None)
-        originals.moved.append(transform.target)
         with torch.no_grad():
             entry.mul_(transform.scale).add_(transform.shift)
+        originals.moved.append(transform.target)  # (once changed: a change that raised has nothing to put back)
         names.append(transform.target)
     return names
 

@@ -32,6 +32,8 @@ SETUP_FAILED = 121
 REAP_ROUNDS = 200  # /proc scans at the end, each killing every descendant found (a fork bomb is bounded by nproc)
 #: Where the worker needs no view of the host's: the kernel's own file systems (a fresh /proc comes with `pid`).
 SKIPPED_MOUNTS = ("/proc", "/dev")
+#: ... but these of /proc are made read-only in the worker's mount namespace (`_sealed_kernel_settings`)
+KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger")
 
 
 class LayerFailed(Exception):
@@ -149,9 +151,11 @@ def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
         _try("mount", lambda: _read_only_view(config["writable"], config.get("hidden", [])))
     if "pid" in layers:
         # not read-only: the CUDA driver fails to start (error 304) on a read-only /proc (seen on the H200);
-        # what /proc lets a process write is its own state, and /proc/sys needs capabilities it has not
+        # what /proc lets a process write is its own state, and the kernel's settings, sealed below
         flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
         _try("pid", lambda: linux.mount("proc", "/proc", "proc", flags))
+    if layers & {"mount", "pid", "dev"}:
+        _try("mount" if "mount" in layers else sorted(layers & {"pid", "dev"})[0], _sealed_kernel_settings)
     if "rlimits" in layers:
         _try("rlimits", lambda: _limits(config["limits"], tasks_before))
     if "user" in layers:
@@ -159,6 +163,18 @@ def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
     else:
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
         linux.clear_capabilities()
+
+
+def _sealed_kernel_settings() -> None:
+    """/proc/sys and /proc/sysrq-trigger read-only in the worker's mount namespace: writes there are checked by
+    their files' owner alone, so a worker whose user id is root's (a judge run as root) set the kernel's settings
+    (core_pattern's handler runs as root on the host) with no capability at all (a review's trial, twenty-fifth
+    session)."""
+    for path in KERNEL_SETTINGS:
+        if os.path.exists(path):
+            linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
+            options = next((options for point, options in reversed(_mounts()) if point == path), set())
+            linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _flags(options))
 
 
 def _try(layer: str, step) -> None:

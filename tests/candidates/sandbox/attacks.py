@@ -18,6 +18,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              see, the memory cgroup does; "survived" if it got through
     remount  the capabilities it holds (CapEff), then the mount holding the judge's package remounted writable
              (a bind remount without MS_RDONLY: "remount 0" if the kernel let it) and a file planted there
+    sysctl   a kernel setting written back with its own value (/proc/sys/kernel/core_uses_pid: no change made if
+             it gets through), as a worker whose user id is root's could write any without a capability
     tail     its output log (in its own folder) swapped for a link to $KJ_TEST_SECRET, a file hidden from it, then
              the process ended: the judge reads the log's tail into the result
     fifo     its output log swapped for a FIFO, then the process ended: the judge's read would wait for a writer
@@ -158,7 +160,12 @@ def swapped_log(make) -> None:
     os._exit(3)
 
 
-ATTACKS = {"tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+def sysctl() -> str:
+    setting = Path("/proc/sys/kernel/core_uses_pid")
+    return write(setting, setting.read_bytes())
+
+
+ATTACKS = {"sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
 
