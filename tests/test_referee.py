@@ -357,8 +357,8 @@ def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
 def test_the_range_plan_puts_back_every_state_entry_it_moved():
     """The range plan moves each state entry it tries in place (no float64 copy of the model) and puts it back from
     its copy: with a clock that never ends its budget, every entry of a small model is tried, each call of the
-    plan sees one entry moved at most (the one its move tried; none where the inputs are moved), and the model's state is the same bit for bit after
-    (a moved weight left in place changes every later expectation)."""
+    plan sees one entry moved at most (the one its move tried; none where the inputs are moved), and the model's
+    state is the same bit for bit after (a moved weight left in place changes every later expectation)."""
     from kerneljudge.referee import ranges
 
     torch.manual_seed(0)
@@ -942,12 +942,13 @@ def test_a_native_output_within_the_tolerance_of_the_truth_is_let_go_and_nothing
 def test_a_range_moves_original_is_copied_once_and_again_where_the_entry_changed_since(monkeypatch):
     """proc/perturb.Originals: the entries range moves change are copied into host memory once and kept until the
     moves end (the round robin moves a weight at four scales: each copy out of a GPU went through pageable memory,
-    in both processes); a later move of an entry unchanged since it was put back takes no new copy, one changed
-    in place since (its version moved) or replaced by another tensor is copied again; every put-back gives the
-    values the entry had before its move; past KEPT_ORIGINALS_BYTES the copies not moved now are let go, and the
-    end of the moves lets go of all."""
+    in both processes; kept on a GPU only); a later move of an entry unchanged since it was put back takes no new
+    copy, one changed in place since (its version moved) or replaced by another tensor is copied again; every
+    put-back gives the values the entry had before its move; past KEPT_ORIGINALS_BYTES the copies not moved now are
+    let go, and the end of the moves lets go of all."""
     from kerneljudge.proc.perturb import Originals, Transform, move, put_back
 
+    monkeypatch.setattr(perturb, "KEPT_ORIGINALS_DEVICES", ("cuda", "cpu"))  # (on a CPU a copy is not kept)
     weight, bias = torch.randn(8, 8), torch.randn(8)
     state = {"w": weight, "b": bias}
     before = {name: t.clone() for name, t in state.items()}

@@ -164,7 +164,8 @@ def test_the_worker_holds_no_capability_and_cannot_remount_the_package_writable(
         assert not planted.exists()
     finally:
         planted.unlink(missing_ok=True)  # (where it got through: the suite's other evaluations watch this package)
-    assert result.verdict == "pass" and "sandbox-breach" not in codes(result), [(f.code, f.message) for f in result.findings]
+    assert result.verdict == "pass" and "sandbox-breach" not in codes(result), \
+        [(f.code, f.message) for f in result.findings]
 
 
 @needs("mount", "user")

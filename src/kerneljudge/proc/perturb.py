@@ -154,6 +154,9 @@ def perturbation(state: dict[str, torch.Tensor], parameters: set[str], seed: int
 
 #: The most host memory a process's kept originals take (`Originals`); past it, the ones not moved now are let go.
 KEPT_ORIGINALS_BYTES = 4 << 30
+#: Entries on these devices keep their copies between moves (a CPU entry's copy is a plain memory copy: nothing to
+#: save by keeping it, and host memory to spend)
+KEPT_ORIGINALS_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -188,7 +191,8 @@ def put_back(state: dict[str, torch.Tensor], originals: Originals) -> list[str]:
             copy, _ = originals.kept.pop(name, (None, None))
             if copy is not None and name in state:
                 state[name].copy_(copy)
-                originals.kept[name] = (copy, _stamp(state[name]))
+                if state[name].device.type in KEPT_ORIGINALS_DEVICES:
+                    originals.kept[name] = (copy, _stamp(state[name]))
     return names
 
 

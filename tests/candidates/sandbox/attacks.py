@@ -166,7 +166,8 @@ def sysctl() -> str:
 
 
 ATTACKS = {"sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
-           "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store, "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
+           "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
+           "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
