@@ -106,6 +106,9 @@ class WorkerProcess:
         self.dead = False
         self.final_tail: str | None = None  # the output's tail, kept when close() removes the log
         self.log_fd: int | None = None  # the log as the judge made it (`start`), read by `output_tail`
+        # held while the log is read or closed: a tail read from another thread never reads a number closed meanwhile
+        # and reused by another file
+        self.log_lock = threading.Lock()
         self.sandbox: sandbox.Layers | None = None  # the worker's sandbox layers (None: the referee)
         self.watch: sandbox.Watch | None = None
         self.cgroup: sandbox.Cgroup | None = None
@@ -371,12 +374,11 @@ class WorkerProcess:
         """The end of what the worker (and the candidate) printed (also after close())."""
         if self.final_tail is not None:
             return self.final_tail[-chars:]
-        fd = self.log_fd
-        try:
-            size = os.fstat(fd).st_size if fd is not None else 0
-            return os.pread(fd, min(chars, size), max(0, size - chars)).decode(errors="replace") if size else ""
-        except OSError:  # (closed meanwhile by close(), from another thread)
-            return ""
+        with self.log_lock:
+            if self.log_fd is None:
+                return ""
+            size = os.fstat(self.log_fd).st_size
+            return os.pread(self.log_fd, min(chars, size), max(0, size - chars)).decode(errors="replace")
 
     def kill(self) -> None:
         """Stop the process now (from another thread too: a call waiting on it fails at once)."""
@@ -428,9 +430,10 @@ class WorkerProcess:
             self.watch = None
         if getattr(self, "workdir", None) is not None:
             self.final_tail = self.output_tail()
-        if self.log_fd is not None:
-            os.close(self.log_fd)
-            self.log_fd = None
+        with self.log_lock:
+            if self.log_fd is not None:
+                os.close(self.log_fd)
+                self.log_fd = None
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
 
     def _ended(self, timeout_s: float) -> bool:
