@@ -172,9 +172,7 @@ def _sealed_kernel_settings() -> None:
     session)."""
     for path in KERNEL_SETTINGS:
         if os.path.exists(path):
-            linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
-            options = next((options for point, options in reversed(_mounts()) if point == path), set())
-            linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _flags(options))
+            _bound_at_itself(path, linux.MS_RDONLY)
 
 
 def _try(layer: str, step) -> None:
@@ -224,11 +222,16 @@ def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     for path in hidden:
         _cover(path)
     for folder in writable:
-        if not os.path.isdir(folder):
-            continue
-        linux.mount(folder, folder, None, linux.MS_BIND | linux.MS_REC)
-        options = next(o for p, o in reversed(_mounts()) if p == folder)
-        linux.mount(None, folder, None, linux.MS_REMOUNT | linux.MS_BIND | _flags(options))
+        if os.path.isdir(folder):
+            _bound_at_itself(folder)
+
+
+def _bound_at_itself(path: str, flags: int = 0) -> None:
+    """`path` bound at itself (a mount of its own over what it was part of), remounted with `flags` (none:
+    read-write) and the locked ones its mount keeps."""
+    linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
+    options = next(o for p, o in reversed(_mounts()) if p == path)
+    linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | flags | _flags(options))
 
 
 def _cover(path: str) -> None:
