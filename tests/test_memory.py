@@ -229,7 +229,7 @@ def test_each_stages_peak_is_recorded_so_a_peak_can_be_traced_to_its_stage(fast)
     reset; else the high-water mark so far): each is a live process's figure, none above the process's peak."""
     result = api.evaluate("level2/51", "@pytorch", fast, timing={"enabled": True, "budget_ms": 20, "baselines": False})
     stages = result.memory["stages"]  # (the verdict is the timing's business: not what this test is about)
-    assert list(stages) == ["baselines", "check", "probes", "timing", "timed-checks"], [
+    assert list(stages) == ["problem-lint", "baselines", "check", "probes", "timing", "timed-checks"], [
         (f.code, f.message) for f in result.findings]
     for process in ("referee", "worker"):
         marks = [stages[stage][process] for stage in stages]

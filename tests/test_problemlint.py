@@ -181,3 +181,86 @@ def test_cli_lints_a_folder_and_says_the_sizes(kj, tmp_path):
     assert [p["name"] for p in data["problems"]] == ["level9/1_Clean", "level9/2_Tiny"]
     assert data["problems"][0]["findings"] == [] and data["problems"][0]["sizes"] == "the problem's own sizes"
     assert data["summary"]["flagged"] == 1 and data["summary"]["problems_per_finding"]["problem-tiny-output"] == 1
+
+
+def test_sizes_named_dim1_and_dim2_are_lowered_and_an_axis_is_kept(tmp_path):
+    """KernelBench's reductions name their sizes dim1 and dim2 (level1/47): lowered like any size, where
+    `reduce_dim` (an axis) and `dim` stay as they are."""
+    from kerneljudge.problem import load_problem
+    from kerneljudge.problemlint import sizes
+
+    path = tmp_path / "reduction.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        class Model(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+
+            def forward(self, x):
+                return torch.sum(x, dim=self.dim, keepdim=True)
+
+        batch_size = 128
+        dim1 = 4096
+        dim2 = 4095
+        reduce_dim = 1
+
+        def get_inputs():
+            return [torch.rand(batch_size, dim1, dim2)]
+
+        def get_init_inputs():
+            return [reduce_dim]
+        """))
+    problem = load_problem(path)
+    wire = {"path": str(path), "source": problem.source, "constants": problem.constants}
+    constants, shrunk = sizes.shrink(wire, problem.constants)
+    assert {"dim1", "dim2"} & shrunk.keys() and "reduce_dim" not in shrunk, shrunk
+    assert sizes.cost(wire, constants).within()
+
+
+def test_an_evaluations_lint_runs_nothing_where_the_sizes_stay_large(tmp_path):
+    """Sizes written as literals cannot be lowered: at 550 GFLOP (and 256 MiB of inputs and outputs) the evaluation's lint (`bounded`) says why it
+    did not run, and the problem's forward never ran on a real tensor (it would leave a marker)."""
+    import torch
+
+    from kerneljudge.problemlint import analysis
+
+    marker = tmp_path / "forward-ran"
+    path = tmp_path / "literal.py"
+    path.write_text(HEADER + textwrap.dedent(f"""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(8192, 8192)
+
+            def forward(self, x):
+                if x.device.type != "meta":
+                    open({str(marker)!r}, "w").close()
+                return self.linear(x)
+
+        def get_inputs():
+            return [torch.randn(4096, 8192)]
+
+        def get_init_inputs():
+            return []
+        """))
+    wire = {"path": str(path), "source": path.read_text(), "constants": {}}
+    reply = analysis.lint(wire, torch.device("cpu"), shrink=True, timed=False, bounded=True)
+    assert reply["findings"] == [] and "549.8 GFLOP" in reply["skipped"], reply
+    assert not marker.exists()
+
+
+def test_an_evaluation_says_when_its_problem_was_not_linted_and_traces_the_lints_memory(tmp_path, fast):
+    """A problem whose size cannot be measured on the meta device (its constructor reads a value) is not
+    linted inside an evaluation: an info finding says so, from the cache the second time; the lint's stage has
+    its own memory mark, so its peak is never counted as the check's."""
+    problem = tmp_path / "reads_a_value.py"
+    problem.write_text(_problem("return x * self.scale\n", init="self.scale = float(torch.ones(1).sum().item())\n"))
+    honest = tmp_path / "honest.py"
+    honest.write_text(problem.read_text().replace("class Model(", "class ModelNew("))
+    options = fast.replace(cache_dir=tmp_path / "cache")
+    for _ in range(2):
+        result = api.check(problem, honest, options)
+        assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
+        skipped = next(f for f in result.findings if f.code == "problem-lint-skipped")
+        assert skipped.severity == "info" and "meta device" in skipped.message and "lint-problem" in skipped.message
+        assert "problem-lint" in result.memory["stages"] and "check" in result.memory["stages"], result.memory

@@ -207,7 +207,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
-            with run.stage("problem-lint", "checking the problem itself (once per problem and sizes)", referee):
+            with _judged_stage(run, judging, "problem-lint", "checking the problem itself (once per problem and sizes)"):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
             measured = kept = problem_key = device_key = None
@@ -279,8 +279,8 @@ def _closing(run: Run, closing: dict[str, float]):
 
 @contextmanager
 def _judged_stage(run: Run, judging: Judging, name: str, doing: str):
-    """A stage that runs the candidate and the reference: timed, and each process's memory peak in it
-    recorded when it ends normally (stages/memory.mark_stage)."""
+    """A stage that runs the problem's or the candidate's code: timed, and each process's memory peak in it
+    recorded when it ends normally (stages/memory.mark_stage), so a peak is traced to its stage."""
     with run.stage(name, doing, judging.worker, judging.referee):
         yield
     memory_stage.mark_stage(judging, run.memory, name)

@@ -329,11 +329,13 @@ class CopyBandwidth(Request):
 @dataclass(frozen=True)
 class LintProblem(Request):
     """Lint the problem (problemlint/analysis.py) at its given sizes, or lowered to a budget (`shrink`);
-    `timed`: also time the reference. Reply: findings (as data: code, message, details) and facts."""
+    `timed`: also time the reference; `bounded`: run nothing where the sizes stay large (an evaluation's
+    notice). Reply: findings (as data: code, message, details) and facts, or "skipped" with why."""
     op: ClassVar[str] = "lint-problem"
     problem: dict[str, Any]
     shrink: bool = False
     timed: bool = False
+    bounded: bool = False
 
 
 # ---- the candidate's worker --------------------------------------------------------------------------

@@ -38,11 +38,17 @@ LAUNCH_BOUND_MS = 0.020
 TIMED_CALLS = 20
 
 
-def lint(problem: dict, device: torch.device, *, shrink: bool, timed: bool) -> dict:
+def lint(problem: dict, device: torch.device, *, shrink: bool, timed: bool, bounded: bool = False) -> dict:
     """The problem's findings at its given sizes, or at smaller ones (`shrink`: see sizes.py), with the
-    facts behind them. `timed`: also time the reference (launch-bound; only at the given sizes)."""
+    facts behind them. `timed`: also time the reference (launch-bound; only at the given sizes). `bounded`
+    (an evaluation's notice): nothing is run where the sizes exceed sizes.EVALUATION_SCALE times the budget;
+    the reply says why under "skipped"."""
     constants, shrunk = sizes.shrink(problem, problem["constants"]) if shrink else (problem["constants"], {})
     facts: dict = {"constants": constants, "shrunk": shrunk, "device": str(device)}
+    if bounded:
+        over = _over_evaluation_scale(problem, constants)
+        if over:
+            return {"findings": [], "facts": facts, "skipped": over}
     found: list[dict] = []
     found.extend(_footprint(problem, device, facts))
     module = import_problem(problem["path"], problem["source"], constants)
@@ -77,6 +83,20 @@ def lint(problem: dict, device: torch.device, *, shrink: bool, timed: bool) -> d
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"findings": found, "facts": facts}
+
+
+def _over_evaluation_scale(problem: dict, constants: dict) -> str:
+    """Why the problem at `constants` is too large for an evaluation's lint, or "" where it is not."""
+    try:
+        cost = sizes.cost(problem, constants)
+    except Exception as exc:  # noqa: BLE001 - not runnable on meta: its size is unknown, so not bounded
+        return f"its size could not be measured on the meta device ({type(exc).__name__})"
+    if cost.within(sizes.EVALUATION_SCALE):
+        return ""
+    flops = f"{cost.flops / 1e9:.1f} GFLOP" if cost.flops is not None else "FLOPs unknown"
+    return (f"its sizes could not be lowered within {sizes.EVALUATION_SCALE} times the lint's budget (one forward: "
+            f"{(cost.bytes - cost.parameter_bytes) / 2**20:.0f} MiB of inputs and outputs, {cost.traffic / 2**20:.0f} "
+            f"MiB written, {flops})")
 
 
 def _f(code: str, message: str, **details) -> dict:

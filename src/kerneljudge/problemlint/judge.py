@@ -181,16 +181,24 @@ def evaluation_notice(problem: Problem, options: Options, device: str, referee: 
     """The `problem-degenerate` warning for the problem being judged: from the cache, or linted once in the
     evaluation's referee at sizes lowered to the lint's budget, as `kerneljudge lint-problem` does by
     default (the same cache entry): cheap and bounded whatever the evaluation's sizes, so a full-size
-    problem's lint never holds up or ends its evaluation. A problem the lint cannot run gets no notice."""
+    problem's lint never holds up or ends its evaluation. A problem whose sizes stay large once lowered
+    (literal sizes, sizes.EVALUATION_SCALE) is not linted here: an info finding says so and where to lint it.
+    A problem the lint cannot run gets no notice."""
     key = _key(problem, True, device)
     entry = cache.load(options.cache_dir, SECTION, key)
     if entry is None:
-        reply = referee.call(protocol.LintProblem(_wire(problem), shrink=True))
+        reply = referee.call(protocol.LintProblem(_wire(problem), shrink=True, bounded=True))
         if "error" in reply:
             return []
         entry = {"findings": [Finding.of(f["code"], f["message"], stage=STAGE, **f.get("details", {})).to_json()
                               for f in reply["findings"]]}
+        if reply.get("skipped"):  # kept apart from the findings: `lint-problem` run alone writes this entry too
+            entry["skipped"] = reply["skipped"]
         cache.save(options.cache_dir, SECTION, key, entry)
+    if entry.get("skipped"):
+        return [Finding.of("problem-lint-skipped", f"the problem was not linted in this evaluation: "
+                           f"{entry['skipped']}. `kerneljudge lint-problem {problem.path}` lints it on its own",
+                           stage=STAGE)]
     flagged = [f for f in entry["findings"] if f["code"] in DEGENERATE]
     if not flagged:
         return []

@@ -377,4 +377,5 @@ class Referee:
     def lint_problem(self, request: protocol.LintProblem, blobs: list) -> Reply:
         from kerneljudge.problemlint import analysis  # issue 19: only lint runs need it
 
-        return analysis.lint(request.problem, self.device, shrink=request.shrink, timed=request.timed), []
+        return analysis.lint(request.problem, self.device, shrink=request.shrink, timed=request.timed,
+                             bounded=request.bounded), []
