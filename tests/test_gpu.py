@@ -212,9 +212,11 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     float32 and the output was within the tolerance, twenty-third session) with a 256 MiB output: the reference's
     native output misses the float64 truth, so it is kept for the comparisons that fall back to it
     (`reference-imprecise`), in pinned host memory (referee/session.NATIVE_IN_HOST_FROM_BYTES), read a block at a
-    time: between draws the referee holds the truth alone, and the judge's peak is the referee's draw (its native output, the truth and a float64 chunk;
-    it was the worker's output beside the referee's native output and truth: 3.15 footprints at level1/54). The
-    honest candidate passes against the native output, a wrong one fails."""
+    time: between draws the referee holds the truth alone. The judge's peak is the worker's forward (its output, the
+    input and cuDNN's TF32 workspace: 2.05 outputs, the reference's own activations in the footprint) beside the
+    referee's truth and input (1.1 outputs): 3.37 outputs, 1.57 footprints on an H100 (twenty-sixth session). The
+    native output kept on the device would add an output (4.4). The honest candidate passes against the native
+    output, a wrong one fails."""
     problem, honest, wrong = _problem_honest_and_wrong(tmp_path, TF32_CONVOLUTION)
     result = api.evaluate(problem, honest, on_gpu, check={"trials": 2})
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings]
@@ -223,7 +225,7 @@ def test_a_large_native_output_that_misses_the_truth_is_kept_in_host_memory(on_g
     memory = result.memory
     print(f"judge peak {memory['judge_peak_bytes'] / output_bytes:.2f} outputs, referee's stages "
           f"{ {stage: round(memory['stages'][stage]['referee'] / output_bytes, 2) for stage in ('check', 'probes')} }")
-    assert memory["judge_peak_bytes"] / output_bytes < 2.8, memory
+    assert memory["judge_peak_bytes"] / output_bytes < 3.8 and memory["peak_over_footprint"] < 2, memory
     _fails_as_wrong(problem, wrong, on_gpu)
 
 
