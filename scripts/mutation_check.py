@@ -161,6 +161,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("sandbox-kernel-settings-writable", "sandbox/launch.py",
              'KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger")', "KERNEL_SETTINGS = ()",
              (_k(SANDBOX, "cannot_write_the_kernels_settings"),), "a worker with root's user id writes /proc/sys"),
+    Mutation("sandbox-ipc-shared", "sandbox/launch.py",
+             '("ipc", linux.CLONE_NEWIPC),', '("ipc", 0),',
+             (_k(SANDBOX, "shared_memory_segment"),), "the worker shares the host's System V IPC: a segment it leaves "
+             "is found by a later worker"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),

@@ -455,6 +455,31 @@ def _listener() -> socket.socket:
     return server
 
 
+def _segment_left(key: int) -> bool:
+    """Whether a System V shared memory segment at `key` is visible here (and, if so, removed)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = libc.shmget(key, 0, 0)
+    if found >= 0:
+        libc.shmctl(found, 0, None)  # IPC_RMID
+    return found >= 0
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["ipc", "without-ipc"])
+def test_a_shared_memory_segment_the_worker_leaves_is_gone_with_its_ipc_namespace(attack, monkeypatch, layer_on):
+    """A segment made by the worker outlives the process; without the `ipc` layer a later worker (another
+    candidate's) would find it at the same key, past every file and mount rule."""
+    if layer_on and "ipc" not in HERE.active:
+        pytest.skip(f"no ipc layer here: {HERE.inactive.get('ipc')}")
+    key = 0x4B4A0000 + secrets.randbelow(0xFFFF)
+    monkeypatch.setenv("KJ_TEST_SHM_KEY", str(key))
+    result, said = attack("sysv", **({} if layer_on else {"sandbox_off": ("ipc",)}))
+    assert result.verdict == "pass" and said[0] == "made", (said, [(f.code, f.message) for f in result.findings])
+    assert _segment_left(key) is not layer_on
+    assert ("ipc" in result.sandbox["active"]) is layer_on
+
+
 @needs("net")
 def test_the_worker_has_no_network(attack, monkeypatch):
     with _listener() as server:

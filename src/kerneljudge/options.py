@@ -197,7 +197,7 @@ class WorkerOptions:
     # GPU runs: large outputs reach the referee as CUDA IPC handles (proc/deviceshare) where the referee opens
     # the worker's probe; False: always through host memory
     device_share: bool = True
-    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, rlimits, cgroup, memory); default from
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, ipc, rlimits, cgroup, memory); default from
     # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
     cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable

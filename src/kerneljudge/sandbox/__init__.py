@@ -10,6 +10,7 @@ Layers set up by the launcher (sandbox/launch.py), each dropped where the system
     dev      a private /dev: null, zero, full, random, urandom, tty and the NVIDIA devices; a private /dev/shm
     pid      a PID namespace with its own /proc: everything the worker starts dies with it
     net      a network namespace: no network, not even loopback
+    ipc      an IPC namespace: System V shared memory, semaphores and message queues of its own, gone with it
     rlimits  CPU time, file size, open files and processes (the address space on CPU runs: proc/machine.py)
     cgroup   a pids cgroup made by the judge: caps the worker's tasks (root too), all killed at the end
     memory   a memory cgroup made by the judge: caps the host memory of all the worker's processes together
@@ -42,7 +43,7 @@ import kerneljudge
 from kerneljudge.proc.lifeline import PARENT, with_parent
 from kerneljudge.sandbox import linux
 
-LAUNCHED = ("user", "mount", "dev", "pid", "net", "rlimits")
+LAUNCHED = ("user", "mount", "dev", "pid", "net", "ipc", "rlimits")
 CGROUP = "cgroup"  # made by the judge, joined by the launcher
 MEMORY = "memory"  # likewise
 LAYERS = LAUNCHED + (CGROUP, MEMORY)  # the layers that can be turned off (WorkerOptions.sandbox_off)
@@ -53,6 +54,7 @@ DESCRIPTIONS = {
     "dev": "private /dev: no disks or other hardware, NVIDIA devices kept; private /dev/shm",
     "pid": "PID namespace and its own /proc: all the worker starts dies with it; no other process visible",
     "net": "network namespace: no network, not even loopback",
+    "ipc": "IPC namespace: no System V shared memory, semaphore or message queue shared with another process",
     "rlimits": "limits on CPU time, file size, open files and processes (the process limit binds no root user)",
     "cgroup": "a pids cgroup: a cap on the worker's tasks, and every task in it is killed at the end",
     "memory": "a memory cgroup: the host memory of all the worker's processes together is capped (root too)",
@@ -113,7 +115,7 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
         if group is not None:
             group.remove()
     if "user" not in wanted and os.getuid() != 0:
-        for name in [n for n in wanted if n in ("mount", "dev", "pid", "net")]:
+        for name in [n for n in wanted if n in ("mount", "dev", "pid", "net", "ipc")]:
             wanted.remove(name)
             inactive[name] = "needs the user namespace"
     if "mount" not in wanted:  # the cgroups' files are the worker's user's: only the read-only /sys keeps them

@@ -129,6 +129,7 @@ def _namespaces(layers: set[str]) -> None:
     # `pid` mounts a fresh /proc: in a mount namespace of its own, like `mount` and `dev`, never in the judge's
     # (a /proc of the worker's PID namespace left over the judge's own broke every later process; seen on the H200)
     rest = [(name, flag) for name, flag in (("pid", linux.CLONE_NEWPID | linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET),
+                                             ("ipc", linux.CLONE_NEWIPC),
                                              ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS))
             if name in layers]
     flags = 0

@@ -23,6 +23,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
     tail     its output log (in its own folder) swapped for a link to $KJ_TEST_SECRET, a file hidden from it, then
              the process ended: the judge reads the log's tail into the result
     fifo     its output log swapped for a FIFO, then the process ended: the judge's read would wait for a writer
+    sysv     a System V shared memory segment made at key $KJ_TEST_SHM_KEY and left behind: a channel to a later
+             worker (another candidate's) that no file or mount rule sees
 """
 import os
 import socket
@@ -165,7 +167,15 @@ def sysctl() -> str:
     return write(setting, setting.read_bytes())
 
 
-ATTACKS = {"sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+def sysv() -> str:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = libc.shmget(int(os.environ["KJ_TEST_SHM_KEY"]), 4096, 0o1000 | 0o2000 | 0o600)  # IPC_CREAT | IPC_EXCL
+    return f"made {made}" if made >= 0 else f"blocked {ctypes.get_errno()}"
+
+
+ATTACKS = {"sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
            "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
