@@ -122,6 +122,29 @@ def test_an_unknown_layer_is_a_usage_error(fast):
         evaluate(SEED, GOOD, fast.replace(worker={"sandbox_off": ("bogus",)}))
 
 
+@pytest.mark.parametrize("refused", ["pid", "net", "ipc", "mount"])
+def test_a_namespace_the_system_refuses_is_named_alone(monkeypatch, refused):
+    """Each namespace is unshared on its own, so a refusal names its layer and the probe drops that one alone
+    (one call for all named the first, and a refused IPC namespace took the PID and network ones with it)."""
+    from kerneljudge.sandbox import launch, linux
+
+    flags = {"pid": linux.CLONE_NEWPID, "net": linux.CLONE_NEWNET, "ipc": linux.CLONE_NEWIPC,
+             "mount": linux.CLONE_NEWNS}
+    asked = []
+
+    def unshare(flag: int) -> None:
+        asked.append(flag)
+        if flag & flags[refused]:
+            raise OSError(errno.EPERM, "refused here")
+
+    monkeypatch.setattr(linux, "unshare", unshare)
+    layers = {"net", "ipc", "mount"} | ({"pid"} if refused == "pid" else set())
+    with pytest.raises(launch.LayerFailed) as failed:
+        launch._namespaces(layers)
+    assert failed.value.layer == refused
+    assert all(bin(flag).count("1") <= 2 for flag in asked)  # (pid comes with its own mount namespace)
+
+
 def test_doctor_lists_the_layers_of_this_machine(kj):
     rc, stdout, _ = kj("doctor", "--json", env={"KERNELJUDGE_SANDBOX_OFF": "dev"})
     facts = json.loads(stdout)

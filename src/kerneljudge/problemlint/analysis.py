@@ -86,17 +86,21 @@ def lint(problem: dict, device: torch.device, *, shrink: bool, timed: bool, boun
 
 
 def _over_evaluation_scale(problem: dict, constants: dict) -> str:
-    """Why the problem at `constants` is too large for an evaluation's lint, or "" where it is not."""
+    """Why an evaluation's lint of the problem at `constants` would not be bounded, or "" where it would: its bytes
+    (inputs and outputs, and what its operations write) beyond sizes.EVALUATION_SCALE times the budget's, or a size
+    not known (the problem or its forward does not run on the meta device). FLOPs cost time, not memory: not here."""
     try:
         cost = sizes.cost(problem, constants)
     except Exception as exc:  # noqa: BLE001 - not runnable on meta: its size is unknown, so not bounded
-        return f"its size could not be measured on the meta device ({type(exc).__name__})"
-    if cost.within(sizes.EVALUATION_SCALE):
+        said = (str(exc).splitlines() or [""])[0][:120]
+        return f"its size could not be measured on the meta device ({type(exc).__name__}: {said})"
+    if cost.flops is None:
+        return "its forward does not run on the meta device, so what it writes is not known"
+    if cost.memory_within(sizes.EVALUATION_SCALE):
         return ""
-    flops = f"{cost.flops / 1e9:.1f} GFLOP" if cost.flops is not None else "FLOPs unknown"
     return (f"its sizes could not be lowered within {sizes.EVALUATION_SCALE} times the lint's budget (one forward: "
             f"{(cost.bytes - cost.parameter_bytes) / 2**20:.0f} MiB of inputs and outputs, {cost.traffic / 2**20:.0f} "
-            f"MiB written, {flops})")
+            f"MiB written)")
 
 
 def _f(code: str, message: str, **details) -> dict:

@@ -30,8 +30,8 @@ MIN_SHRINKABLE = 16  # sizes below this are shapes (channels of an RGB image, he
 FIXED_NAMES = re.compile(r"kernel|stride|pad|dilation|group|dim$")  # shape rules, not scale (dim1, dim2: sizes)
 BATCH_NAMES = re.compile(r"batch")
 #: An evaluation lints its problem (the `problem-degenerate` notice) only where the sizes lowered come within
-#: this many times the budget: beyond it the lint's own runs (a dozen forwards, float64 comparisons: about ten
-#: outputs at once) would set the evaluation's memory peak and time, at a problem whose sizes are literals.
+#: this many times the budget's bytes: beyond it the lint's own runs (a dozen forwards, float64 comparisons: about
+#: ten outputs at once) would set the evaluation's memory peak, at a problem whose sizes are literals.
 EVALUATION_SCALE = 8
 
 
@@ -42,10 +42,12 @@ class Cost:
     traffic: int = 0  # bytes every operation of the forward writes (a broadcast's (B, B) temporary too)
     parameter_bytes: int = 0  # no size constant lowers a ResNet's weights: not in the budget
 
-    def within(self, scale: float = 1) -> bool:
-        """Within the budget, or `scale` times it."""
-        return (self.bytes - self.parameter_bytes <= scale * BUDGET_BYTES and self.traffic <= scale * BUDGET_TRAFFIC
-                and (self.flops or 0) <= scale * BUDGET_FLOPS)
+    def within(self) -> bool:
+        return self.memory_within(1) and (self.flops or 0) <= BUDGET_FLOPS
+
+    def memory_within(self, scale: float) -> bool:
+        """The bytes within `scale` times the budget's (its FLOPs aside)."""
+        return self.bytes - self.parameter_bytes <= scale * BUDGET_BYTES and self.traffic <= scale * BUDGET_TRAFFIC
 
 
 class _Traffic(TorchDispatchMode):

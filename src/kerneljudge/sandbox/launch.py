@@ -114,7 +114,7 @@ def _fail(failed: LayerFailed) -> None:
 
 
 def _namespaces(layers: set[str]) -> None:
-    """The user namespace first (mapping this process's own ids), then the others in one call."""
+    """The user namespace first (mapping this process's own ids), then the others, one call each."""
     uid, gid = os.getuid(), os.getgid()
     if "user" in layers:
         _try("user", lambda: linux.unshare(linux.CLONE_NEWUSER))
@@ -128,15 +128,14 @@ def _namespaces(layers: set[str]) -> None:
             raise LayerFailed("user", f"mapping the user's ids: {exc}") from exc
     # `pid` mounts a fresh /proc: in a mount namespace of its own, like `mount` and `dev`, never in the judge's
     # (a /proc of the worker's PID namespace left over the judge's own broke every later process; seen on the H200)
-    rest = [(name, flag) for name, flag in (("pid", linux.CLONE_NEWPID | linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET),
-                                             ("ipc", linux.CLONE_NEWIPC),
-                                             ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS))
-            if name in layers]
-    flags = 0
-    for _, flag in rest:
-        flags |= flag
-    if flags:
-        _try(rest[0][0], lambda: linux.unshare(flags))
+    # one call per layer, so that a refusal names its own layer (the probe drops that one alone)
+    done = 0
+    for name, flag in (("pid", linux.CLONE_NEWPID | linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET),
+                       ("ipc", linux.CLONE_NEWIPC), ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS)):
+        new = flag & ~done
+        if name in layers and new:
+            _try(name, lambda: linux.unshare(new))
+            done |= new
 
 
 def _inside(layers: set[str], config: dict, tasks_before: int) -> None:
