@@ -165,6 +165,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              '("ipc", linux.CLONE_NEWIPC),', '("ipc", 0),',
              (_k(SANDBOX, "shared_memory_segment"),), "the worker shares the host's System V IPC: a segment it leaves "
              "is found by a later worker"),
+    Mutation("lint-unbounded-in-evaluation", "problemlint/judge.py",
+             "protocol.LintProblem(_wire(problem), shrink=True, bounded=True)",
+             "protocol.LintProblem(_wire(problem), shrink=True)",
+             (_k("tests/test_problemlint.py", "not_linted"),), "an evaluation lints a problem of literal sizes at full "
+             "size: the lint's ten outputs set a fresh machine's peak (2.7 GB in native_output)"),
     Mutation("plan-grid-never", "referee/plan.py",
              "    if along_first > chunk_bytes:", "    if False:",
              (_k("tests/test_memory.py", "grid"),),
