@@ -353,7 +353,9 @@ def _kill(pid: int, signum: int) -> None:
 
 def _reap_all() -> None:
     """SIGKILL every child (orphans come back here, this process being a subreaper) and reap them, round
-    after round, until a scan finds none."""
+    after round, until a scan finds none. With `pid` this finds none: /proc here is then the worker's namespace's
+    (numbered apart from this process's pid), which is empty once its init is reaped (the kernel kills every task
+    left there and waits for them before that init's end is reported)."""
     for _ in range(REAP_ROUNDS):
         left = children_of(os.getpid())
         if not left:
