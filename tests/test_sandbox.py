@@ -478,6 +478,14 @@ def _listener() -> socket.socket:
     return server
 
 
+def test_a_worker_finds_nothing_an_earlier_worker_left_in_tritons_cache(attack):
+    """Each worker has Triton's cache to itself (twenty-sixth session's red team: a worker planted a compiled
+    module under the key of Triton's CUDA driver helper, which a later worker's Triton loaded)."""
+    for _ in range(2):
+        result, said = attack("triton")
+        assert result.verdict == "pass" and said == ["fresh", "written"], said
+
+
 def _segment_left(key: int) -> bool:
     """Whether a System V shared memory segment at `key` is visible here (and, if so, removed)."""
     import ctypes

@@ -1,9 +1,10 @@
-"""The judge's cache folder: builds, Triton's cache, timed baselines and measured bandwidths.
+"""The judge's cache folder: builds, timed baselines, measured bandwidths and problem lints.
 
 One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/.cache/kerneljudge):
 
     builds/<key>/<name>/  one extension per folder, keyed on what load_inline/load compiles (worker/build.py)
-    triton/            Triton's own kernel cache
+    triton/            Triton's kernel cache, shared by earlier versions (cleared with the rest): each worker now
+                       has its own, in its folder (isolation.py says why)
     baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule
                        (eager is timed in every run, and a cached compile time must stay plausible beside it)
     bandwidth/<key>.json  measured copy bandwidth per device and versions

@@ -191,15 +191,17 @@ class WorkerProcess:
         # recording into the same store meanwhile looks the same, hence a warning, not a failure)
         self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
                                                             else ())])
-        builds = [options.cache_dir / "builds", options.cache_dir / "triton"] if options.cache_dir else []
+        builds = [options.cache_dir / "builds"] if options.cache_dir else []
         writable = [self.workdir, *builds, *options.writable]
         package = sandbox.package_dir()
         self.package_read_only = "mount" in self.sandbox.active and not any(
             package.is_relative_to(folder) or folder.is_relative_to(package)
             for folder in (Path(f).resolve() for f in writable))
-        # what torch, triton and CUDA would write under the (read-only) home goes to writable places instead
-        env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"))
-        env.setdefault("TRITON_CACHE_DIR", str(builds[1] if builds else self.workdir / "triton"))
+        # what torch, triton and CUDA would write under the (read-only) home goes to the worker's own folder. Triton's
+        # cache too, never shared: a worker planted a compiled module under the key of Triton's CUDA driver helper
+        # (a key of Triton's own source, the same for every candidate), and a later worker's Triton loaded it
+        env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"),
+                   TRITON_CACHE_DIR=str(self.workdir / "triton"))
         for folder in (*builds, *options.writable):
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(

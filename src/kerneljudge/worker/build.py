@@ -200,8 +200,7 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Pat
     happening (a wait for another build, a compile)."""
     builds = None
     if kinds:
-        # this worker process exists for this candidate: its environment is where torch and triton look
-        os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir / "triton"))
+        # this worker process exists for this candidate: its environment is where torch looks
         resolved_arch = target_arch(device, arch)
         if resolved_arch:
             os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch

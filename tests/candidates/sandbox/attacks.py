@@ -23,6 +23,9 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
     tail     its output log (in its own folder) swapped for a link to $KJ_TEST_SECRET, a file hidden from it, then
              the process ended: the judge reads the log's tail into the result
     fifo     its output log swapped for a FIFO, then the process ended: the judge's read would wait for a writer
+    triton   a file left in Triton's cache ($TRITON_CACHE_DIR), where a later worker's Triton would load a module
+             planted under a key every candidate shares (its CUDA driver helper's): "found" if an earlier worker's is
+             there
     sysv     a System V shared memory segment made at key $KJ_TEST_SHM_KEY and left behind: a channel to a later
              worker (another candidate's) that no file or mount rule sees
 """
@@ -175,7 +178,14 @@ def sysv() -> str:
     return f"made {made}" if made >= 0 else f"blocked {ctypes.get_errno()}"
 
 
-ATTACKS = {"sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+def triton_cache() -> str:
+    marker = Path(os.environ["TRITON_CACHE_DIR"]) / "kj_planted_by_an_earlier_worker"
+    found = marker.exists()
+    outcome = write(marker, b"planted")
+    return f"{'found' if found else 'fresh'} {outcome}"
+
+
+ATTACKS = {"triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
            "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
