@@ -165,6 +165,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              '("ipc", linux.CLONE_NEWIPC),', '("ipc", 0),',
              (_k(SANDBOX, "shared_memory_segment"),), "the worker shares the host's System V IPC: a segment it leaves "
              "is found by a later worker"),
+    Mutation("triton-cache-shared", "isolation.py",
+             'TRITON_CACHE_DIR=str(self.workdir / "triton")', 'TRITON_CACHE_DIR=str(options.cache_dir / "triton")',
+             (_k(SANDBOX, "tritons_cache"),), "Triton's cache shared by the workers: one plants a module a later "
+             "worker's Triton loads"),
     Mutation("lint-unbounded-in-evaluation", "problemlint/judge.py",
              "protocol.LintProblem(_wire(problem), shrink=True, bounded=True)",
              "protocol.LintProblem(_wire(problem), shrink=True)",

@@ -8,7 +8,7 @@ for its whole life (the worker limits its own address space on CPU runs: see wor
 or raises WorkerFailure carrying a finding that names what happened.
 
 The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
-files with its own folder and the build caches writable, limits, pids and memory cgroups, whichever this machine
+files with its own folder and the build cache writable, limits, pids and memory cgroups, whichever this machine
 allows; when it ends the launcher kills every descendant it left, and `close` compares the judge's package
 and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
 candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).

@@ -200,7 +200,7 @@ class WorkerOptions:
     # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, ipc, rlimits, cgroup, memory); default from
     # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
-    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds and triton sections writable
+    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds section writable
     writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own
     watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
     # files and folders the worker must not see: covered in its read-only view (sandbox/launch.py; the

@@ -27,7 +27,7 @@ from kerneljudge.problem import load_problem
 from kerneljudge.problemlint.static import unreachable_sizes
 from kerneljudge.records import Finding, Problem
 
-VERSION = 1  # part of every cache key: a change to the analysis invalidates old entries
+VERSION = 2  # part of every cache key: a change to the analysis invalidates old entries
 SECTION = "problemlint"
 STAGE = "problem-lint"
 #: What makes a passing or failing verdict on this problem mean less (the notice names these).

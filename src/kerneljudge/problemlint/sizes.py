@@ -43,6 +43,7 @@ class Cost:
     parameter_bytes: int = 0  # no size constant lowers a ResNet's weights: not in the budget
 
     def within(self) -> bool:
+        """Within the lint's budget: its bytes and its FLOPs."""
         return self.memory_within(1) and (self.flops or 0) <= BUDGET_FLOPS
 
     def memory_within(self, scale: float) -> bool:

@@ -128,7 +128,8 @@ def _namespaces(layers: set[str]) -> None:
             raise LayerFailed("user", f"mapping the user's ids: {exc}") from exc
     # `pid` mounts a fresh /proc: in a mount namespace of its own, like `mount` and `dev`, never in the judge's
     # (a /proc of the worker's PID namespace left over the judge's own broke every later process; seen on the H200)
-    # one call per layer, so that a refusal names its own layer (the probe drops that one alone)
+    # one call per namespace (mount and dev share pid's mount namespace where pid is on), so that a refusal names
+    # its own layer (the probe drops that one alone)
     done = 0
     for name, flag in (("pid", linux.CLONE_NEWPID | linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET),
                        ("ipc", linux.CLONE_NEWIPC), ("mount", linux.CLONE_NEWNS), ("dev", linux.CLONE_NEWNS)):
@@ -208,7 +209,7 @@ def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
     the hidden paths covered (an empty read-only folder over a folder; over anything else /dev/null, on a
     nodev mount, so it does not even open), then
-    the writable folders bound read-write at their own paths (the worker's folder, the build caches)."""
+    the writable folders bound read-write at their own paths (the worker's folder, the build cache)."""
     for point, options in _mounts():
         if _skipped(point) or "ro" in options:
             continue

@@ -6,7 +6,7 @@ wrapped so that each call builds in a folder named by a hash of its own argument
 flags, include paths, name, with_cuda...; a `load` source file by its content) and of the torch and
 CUDA versions, target architecture, platform, Python and compiler. The same extension is never compiled
 twice, however the Python around it changes, and a file lock makes two workers building the same
-extension at once build it once. Triton keys its own cache (cache folder `triton/`) by kernel source.
+extension at once build it once. Triton's cache is the worker's own (isolation.py says why).
 """
 
 from __future__ import annotations
