@@ -197,8 +197,8 @@ class WorkerOptions:
     # GPU runs: large outputs reach the referee as CUDA IPC handles (proc/deviceshare) where the referee opens
     # the worker's probe; False: always through host memory
     device_share: bool = True
-    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, ipc, rlimits, cgroup, memory); default from
-    # $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
+    # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, ipc, rlimits, cgroup, memory); default
+    # from $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
     cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds section writable
     writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own

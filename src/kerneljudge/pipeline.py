@@ -207,7 +207,8 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                 run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
-            with _judged_stage(run, judging, "problem-lint", "checking the problem itself (once per problem and sizes)"):
+            with _judged_stage(run, judging, "problem-lint",
+                               "checking the problem itself (once per problem and sizes)"):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
             measured = kept = problem_key = device_key = None

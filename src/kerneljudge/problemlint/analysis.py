@@ -41,8 +41,8 @@ TIMED_CALLS = 20
 def lint(problem: dict, device: torch.device, *, shrink: bool, timed: bool, bounded: bool = False) -> dict:
     """The problem's findings at its given sizes, or at smaller ones (`shrink`: see sizes.py), with the
     facts behind them. `timed`: also time the reference (launch-bound; only at the given sizes). `bounded`
-    (an evaluation's notice): nothing is run where the sizes exceed sizes.EVALUATION_SCALE times the budget;
-    the reply says why under "skipped"."""
+    (an evaluation's notice): nothing is run where the sizes exceed sizes.EVALUATION_SCALE times the budget's
+    bytes or their size is not known; the reply says why under "skipped"."""
     constants, shrunk = sizes.shrink(problem, problem["constants"]) if shrink else (problem["constants"], {})
     facts: dict = {"constants": constants, "shrunk": shrunk, "device": str(device)}
     if bounded:

@@ -182,7 +182,8 @@ def evaluation_notice(problem: Problem, options: Options, device: str, referee: 
     evaluation's referee at sizes lowered to the lint's budget, as `kerneljudge lint-problem` does by
     default (the same cache entry): cheap and bounded whatever the evaluation's sizes, so a full-size
     problem's lint never holds up or ends its evaluation. A problem whose sizes stay large once lowered
-    (literal sizes, sizes.EVALUATION_SCALE) is not linted here: an info finding says so and where to lint it.
+    (literal sizes, sizes.EVALUATION_SCALE), or whose size the meta device cannot tell, is not linted here: an
+    info finding says so and where to lint it.
     A problem the lint cannot run gets no notice."""
     key = _key(problem, True, device)
     entry = cache.load(options.cache_dir, SECTION, key)
