@@ -21,6 +21,7 @@ from typing import Iterator
 import torch
 
 from kerneljudge.proc import tensorwire
+from kerneljudge.proc.memory import tensor_bytes
 from kerneljudge.proc.inputs import owned
 
 INPUTS = "inputs"  # a range probe's target: every floating input
@@ -209,7 +210,7 @@ def move(state: dict[str, torch.Tensor], originals: Originals, transform: Transf
         copy, stamp = originals.kept.pop(transform.target, (None, None))
         if copy is None or stamp is None or stamp != _stamp(entry):
             copy = entry.detach().to("cpu", copy=True)
-        _within(originals, KEPT_ORIGINALS_BYTES - _bytes(copy))
+        _within(originals, KEPT_ORIGINALS_BYTES - tensor_bytes(copy))
         originals.kept[transform.target] = (copy, None)
         with torch.no_grad():
             entry.mul_(transform.scale).add_(transform.shift)
@@ -220,12 +221,8 @@ def move(state: dict[str, torch.Tensor], originals: Originals, transform: Transf
 
 def _within(originals: Originals, budget_bytes: int) -> None:
     """Let go of the oldest kept copies until the rest take at most `budget_bytes`."""
-    while originals.kept and sum(_bytes(copy) for copy, _ in originals.kept.values()) > budget_bytes:
+    while originals.kept and sum(tensor_bytes(copy) for copy, _ in originals.kept.values()) > budget_bytes:
         originals.kept.pop(next(iter(originals.kept)))
-
-
-def _bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> list[float]:
