@@ -230,6 +230,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              (_k(REFEREE, "within_the_tolerance_of_the_truth_is_let_go"),),
              "a native output let go where it misses the truth: a candidate held to it would be compared with the "
              "truth instead (no `reference-imprecise` fallback)"),
+    Mutation("referee-native-on-device", "referee/session.py",
+             "NATIVE_IN_HOST_FROM_BYTES = 256 << 20", "NATIVE_IN_HOST_FROM_BYTES = 1 << 62",
+             (_k(GPU, "native_output_that_misses"),),
+             "a large native output that misses the truth kept on the device: an output more of the judge's peak "
+             "(killed only on the GPU)"),
     Mutation("referee-unwritten-without-native", "referee/server.py",
              "reply[\"unwritten\"] = compare.unwritten(received, kept.values)",
              "reply[\"unwritten\"] = compare.unwritten(received, kept.expected)",
