@@ -39,7 +39,7 @@ def started(path: Path, problem) -> WorkerProcess:
     worker.call(protocol.Ping("cpu"))
     candidate = load_candidate(path)
     data = {"path": str(problem.path), "source": problem.source, "constants": problem.constants}
-    worker.call(protocol.Build("cpu", "/tmp/kj-thread-slack-cache", data, {"path": str(candidate.path),
+    worker.call(protocol.Build("cpu", data, {"path": str(candidate.path),
                 "sha256": candidate.sha256, "kinds": list(candidate.kinds)}))
     worker.call(protocol.Construct(1, 2, None))
     worker.call(protocol.TimeSetup("candidate", [fresh_seed() for _ in range(4)], "host-clock"))

@@ -272,29 +272,52 @@ def test_a_new_python_forward_around_the_same_extension_is_a_cache_hit(built, fa
 
 
 def test_the_build_key_is_what_load_inline_and_load_compile(tmp_path):
-    """Sources, functions, flags, name and the toolchain change the key; where it is built, or verbose, do not."""
+    """The judge keys a worker's call on what it compiles: sources, functions, flags, name and the toolchain
+    change the key; where it is built, or verbose, do not; a `load` source file by its content, as the worker
+    read and sent it (the judge reads no file a worker names)."""
     from torch.utils.cpp_extension import load, load_inline
 
-    from kerneljudge.worker.build import ExtensionCache, toolchain
+    from kerneljudge.extensions import Request
+    from kerneljudge.worker.build import JudgeBuilds
 
-    cache = ExtensionCache(tmp_path, toolchain(None), clock_ms=time.monotonic)
+    def key(function=load_inline, *positional, arch=None, **kwargs):
+        asked = []
+        builds = JudgeBuilds(lambda question: asked.append(question) or {"error": "not built here"}, arch,
+                             time.monotonic)
+        with pytest.raises(RuntimeError, match="not built here"):
+            builds.wrap(function)(*positional, **kwargs)
+        return Request.from_wire(asked[0]["build"]).key()
+
     args = {"name": "kj_k", "cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O1"]}
-
-    def key(function=load_inline, *positional, within=cache, **kwargs):
-        return within.key(function, positional, kwargs)[1]
-
     assert key(**args) == key(**args, verbose=True, build_directory="/elsewhere")
     assert key(load_inline, "kj_k", ["int f();"], functions=["f"], extra_cflags=["-O1"]) == key(**args)
     for change in ({"cpp_sources": ["int g();"]}, {"functions": ["g"]}, {"extra_cflags": ["-O2"]},
                    {"name": "kj_other"}, {"extra_include_paths": ["/opt/include"]}, {"with_cuda": True}):
         assert key(**{**args, **change}) != key(**args), change
-    assert key(**args, within=ExtensionCache(tmp_path, toolchain("9.0"), clock_ms=time.monotonic)) != key(**args)
+    assert key(**args, arch="9.0") != key(**args)
 
     source = tmp_path / "ext.cpp"
     source.write_text("int f();")
     first = key(load, "kj_l", [str(source)])
     source.write_text("int g();")  # `load` reads its sources from files: their content is the key
     assert key(load, "kj_l", [str(source)]) != first
+
+
+@pytest.mark.parametrize("question, why", [
+    ({"function": "system", "arguments": {"name": "kj_k"}}, "not a load_inline or load call"),
+    ({"function": "load_inline", "arguments": {"name": "../kj_k"}}, "Python identifier"),
+    ({"function": "load_inline", "arguments": {"cpp_sources": ["int f();"]}}, "Python identifier"),
+    ({"function": "load", "arguments": {"name": "kj_l", "sources": [["../../x.cpp", "int f();"]]}}, "plain file names"),
+    ({"function": "load", "arguments": {"name": "kj_l", "sources": ["/etc/passwd"]}}, "plain file names"),
+    ({"function": "load_inline", "arguments": {"name": "kj_k"}, "arch": 9}, "architecture"),
+])
+def test_the_judge_builds_only_a_named_call_with_plain_file_names(question, why):
+    """A worker's question is data it may have forged: the name and the file names become paths in the cache,
+    and the judge reads no file a worker names (a compile error would quote it)."""
+    from kerneljudge.extensions import BuildRefused, Request
+
+    with pytest.raises(BuildRefused, match=why):
+        Request.from_wire(question)
 
 
 def test_cache_info_clear_and_the_environment_variable(built, tmp_path):

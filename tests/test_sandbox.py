@@ -670,16 +670,42 @@ def test_a_worker_killed_at_its_memory_limit_is_out_of_memory(attack):
     assert "1500 MiB" in next(f.message for f in result.findings if f.code == "out-of-memory")
 
 
-def test_the_worker_writes_its_own_folder_and_the_build_caches(fast, cpp_built):
-    """The honest side of the read-only view: a C++ extension built by a sandboxed worker (`kerneljudge
-    build`, into a fresh cache) lands in the cache (writable; the compiler's temporary files go to the
-    worker's own folder), and an evaluation loads it from there."""
+def test_a_worker_s_extension_lands_in_the_build_cache_it_cannot_write(fast, cpp_built):
+    """The honest side of the read-only view: a C++ extension a sandboxed worker asks for (`kerneljudge
+    build`, into a fresh cache) is built by the judge's builder into the cache (extensions.py), and an
+    evaluation's worker loads it from there."""
     cache, done, _ = cpp_built
     assert "cpp_ext.py: built in" in done.stdout, done.stdout + done.stderr
     assert any((cache / "builds").rglob("*.so"))
     result = evaluate(SEED, CANDIDATES / "isolation" / "cpp_ext.py", fast.replace(cache_dir=cache))
     assert result.verdict == "pass", [f.message for f in result.findings]
     assert "mount" not in HERE.active or "mount" in result.sandbox["active"]
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["mount", "without-mount"])
+def test_neither_a_worker_nor_its_compilers_flags_write_the_build_cache(attack, fast, tmp_path, monkeypatch,
+                                                                        layer_on):
+    """A worker that could write the build cache could leave a module under the key of a source another
+    candidate builds (twenty-sixth session's red team). The cache is read-only to the worker, and its
+    extension is built by the judge's builder with only a staging folder writable: a `-wrapper` among its
+    flags runs a shell at every compiler step, and its write lands nowhere. The build itself goes on."""
+    if layer_on and "mount" not in HERE.active:
+        pytest.skip(f"no mount layer here: {HERE.inactive.get('mount')}")
+    cache = tmp_path / "cache"
+    (cache / "builds").mkdir(parents=True)  # as a cache used before has it
+    monkeypatch.setenv("KJ_TEST_CACHE", str(cache))
+    result, said = attack("builds", fast.replace(cache_dir=cache), **({} if layer_on else {"sandbox_off": ("mount",)}))
+    # built at the first call, after the build stage (so not in result.build), into the cache; the probes then
+    # see that its one function never ran in the forward (`reference-fallback`)
+    assert result.verdict == "fail" and "reference-fallback" in {f.code for f in result.findings}
+    assert len(list((cache / "builds").glob("*/kj_sandbox_wrapped/kj_sandbox_wrapped*.so"))) == 1
+    planted = {path.name for path in (cache / "builds").iterdir() if path.name.startswith("kj_planted")}
+    if layer_on:
+        assert said == ["blocked", "30", "built", "1"]  # EROFS
+        assert planted == set()
+    else:
+        assert said == ["written", "built", "1"]
+        assert planted == {"kj_planted_by_the_worker", "kj_planted_by_the_compiler"}
 
 
 # --- the judge's own mount namespace is never touched --------------------------------------------------

@@ -53,7 +53,7 @@ def build_one(path: Path, options: Options, device: str,
             if hello.get("usage_error"):
                 return BuildOutcome(candidate.path, None, (Finding.of("compile-error", hello["usage_error"],
                                                                       stage="build"),))
-            reply = worker.call(protocol.CompileOnly(device, str(options.cache_dir),
+            reply = worker.call(protocol.CompileOnly(device,
                                                      {"path": str(candidate.path), "sha256": candidate.sha256,
                                                       "kinds": list(candidate.kinds)}, options.arch))
     except WorkerFailure as failure:

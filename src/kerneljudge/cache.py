@@ -2,7 +2,8 @@
 
 One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/.cache/kerneljudge):
 
-    builds/<key>/<name>/  one extension per folder, keyed on what load_inline/load compiles (worker/build.py)
+    builds/<key>/<name>/  one extension per folder, keyed on what load_inline/load compiles, written by the judge's
+                       builder alone (extensions.py)
     triton/            Triton's kernel cache, shared by earlier versions (cleared with the rest): each worker now
                        has its own, in its folder (isolation.py says why)
     baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule

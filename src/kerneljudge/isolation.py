@@ -8,8 +8,8 @@ for its whole life (the worker limits its own address space on CPU runs: see wor
 or raises WorkerFailure carrying a finding that names what happened.
 
 The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
-files with its own folder and the build cache writable, limits, pids and memory cgroups, whichever this machine
-allows; when it ends the launcher kills every descendant it left, and `close` compares the judge's package
+files with its own folder writable, limits, pids and memory cgroups, whichever this machine allows (its
+extensions are built by the judge, on its ask, in a sandboxed builder of their own: extensions.py); when it ends the launcher kills every descendant it left, and `close` compares the judge's package
 and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
 candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).
 
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import channel, judgeimports, protocol, sandbox, spawn
+from kerneljudge import channel, extensions, judgeimports, protocol, sandbox, spawn
 from kerneljudge.memtally import MemoryTally
-from kerneljudge.proc.lifeline import PARENT
-from kerneljudge.options import Options, WorkerOptions, memory_limit_bytes
+from kerneljudge.proc.lifeline import PARENT, with_parent
+from kerneljudge.options import Options, WorkerOptions, default_cache_dir, memory_limit_bytes
 from kerneljudge.sandbox.launch import SETUP_FAILED
 from kerneljudge.records import Finding
 
@@ -191,8 +191,7 @@ class WorkerProcess:
         # recording into the same store meanwhile looks the same, hence a warning, not a failure)
         self.watch = sandbox.Watch([sandbox.package_dir(), *(options.watched if "mount" not in self.sandbox.active
                                                             else ())])
-        builds = [options.cache_dir / "builds"] if options.cache_dir else []
-        writable = [self.workdir, *builds, *options.writable]
+        writable = [self.workdir, *options.writable]
         package = sandbox.package_dir()
         self.package_read_only = "mount" in self.sandbox.active and not any(
             package.is_relative_to(folder) or folder.is_relative_to(package)
@@ -202,7 +201,7 @@ class WorkerProcess:
         # (a key of Triton's own source, the same for every candidate), and a later worker's Triton loaded it
         env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"),
                    TRITON_CACHE_DIR=str(self.workdir / "triton"))
-        for folder in (*builds, *options.writable):
+        for folder in options.writable:
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=writable,
@@ -328,10 +327,41 @@ class WorkerProcess:
                 raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a "
                                                "message that was not the reply to the judge's request (forged by "
                                                "candidate code)", stage=op), self.output_tail())
-            if "progress" not in message:
+            if "ask" in message:
+                channel.send(self.write_fd, {"answer": self._answer(message["ask"], deadline, on_progress),
+                                             "nonce": nonce})
+            elif "progress" not in message:
                 return message
-            if on_progress is not None and isinstance(message["progress"], dict):
+            elif on_progress is not None and isinstance(message["progress"], dict):
                 on_progress(message["progress"])
+
+    def _answer(self, question: Any, deadline: float, on_progress) -> dict[str, Any]:
+        """The judge's answer to its worker's question: an extension built (extensions.py) into the cache the
+        worker cannot write, in a builder sandboxed as the worker is, within the worker's own deadline."""
+        try:
+            if self.role != "worker" or not isinstance(question, dict):
+                raise extensions.BuildRefused("the judge answers only its workers' build questions")
+            request = extensions.Request.from_wire(question.get("build"))
+        except extensions.BuildRefused as exc:
+            return {"error": f"the judge does not build this: {exc}"}
+        progress = (lambda message: on_progress({"message": message})) if on_progress is not None else \
+            (lambda message: None)
+        return extensions.build(request, self.options.cache_dir or default_cache_dir(), self._run_builder,
+                                seconds_left=lambda: deadline - self.clock(), progress=progress)
+
+    def _run_builder(self, request: "extensions.Request", staging: Path, seconds: float) -> str | None:
+        """The builder in the worker's sandbox layers, with the staging folder its only writable one."""
+        def sandboxed(command: list[str], env: dict) -> list[str]:
+            if self.sandbox is None or not self.sandbox.active:
+                return command
+            options = self.options
+            return with_parent(sandbox.launch_command(
+                command, layers=self.sandbox.active, writable=[staging], hidden=options.hidden,
+                niceness=options.niceness, limits=sandbox.limits(seconds, options.max_file_mb,
+                                                                 options.max_processes, options.max_open_files)),
+                os.getpid())
+
+        return extensions.run_builder(request, staging, seconds, sandboxed)
 
     @property
     def role(self) -> str:

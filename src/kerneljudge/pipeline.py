@@ -223,7 +223,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                             run, judging, "baselines", "timing the reference, before the candidate is loaded"):
                         measured = measure.run_baselines(judging, problem_key, run.clock_ms)
             with run.stage("build", "importing the problem and the candidate", worker, referee):
-                reply = worker.call(protocol.Build(device, str(options.cache_dir), problem_data,
+                reply = worker.call(protocol.Build(device, problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
                                                     "kinds": list(candidate.kinds)}, options.arch),
                                     on_progress=run.worker_progress("build"))

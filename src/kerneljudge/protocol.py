@@ -346,7 +346,6 @@ class Build(Request):
     """Import the problem and the candidate (compiling on the way) and find ModelNew."""
     op: ClassVar[str] = "build"
     device: str
-    cache_dir: str
     problem: dict[str, Any]
     candidate: dict[str, Any]
     arch: str | None = None
@@ -355,10 +354,9 @@ class Build(Request):
 @request
 @dataclass(frozen=True)
 class CompileOnly(Request):
-    """`kerneljudge build`: import (so compile) a candidate under the build cache, nothing else."""
+    """`kerneljudge build`: import (so compile, the judge building: extensions.py) a candidate, nothing else."""
     op: ClassVar[str] = "compile"
     device: str
-    cache_dir: str
     candidate: dict[str, Any]
     arch: str | None = None
 

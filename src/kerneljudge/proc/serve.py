@@ -1,7 +1,8 @@
 """The request loop of the judge's torch processes (the referee and the candidate's worker).
 
 Each request carries a nonce its reply must echo; the reply goes out with its blobs. A handler may send
-progress messages before its reply (`progress(data)`, with the same nonce). A reply marked `poisoned`
+progress messages before its reply (`progress(data)`, with the same nonce), and ask the judge a question
+and wait for its answer (`ask(data)`: a worker's extension build, worker/build.py). A reply marked `poisoned`
 (a CUDA error) ends the process after it is sent: such a process is never reused.
 
 With KERNELJUDGE_PROFILE_DIR set (a diagnostic for benchmarks, never a verdict's input), a `profiled`
@@ -19,14 +20,23 @@ from typing import Any, Callable
 from kerneljudge import channel
 
 Handle = Callable[[dict[str, Any]], tuple[dict[str, Any], list]]
+Ask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def serve(make_handler: Callable[[Callable[[dict[str, Any]], None]], Handle], argv: list[str], *,
+def serve(make_handler: Callable[[Callable[[dict[str, Any]], None], Ask], Handle], argv: list[str], *,
           profiled: bool = False) -> None:
-    """Answer requests on the descriptors in argv until the channel closes; `make_handler(progress)`."""
+    """Answer requests on the descriptors in argv until the channel closes; `make_handler(progress, ask)`."""
     read_fd, write_fd = int(argv[1]), int(argv[2])
     current: dict[str, Any] = {"nonce": None}
-    handle = make_handler(lambda data: channel.send(write_fd, {"progress": data, "nonce": current["nonce"]}))
+
+    def ask(question: dict[str, Any]) -> dict[str, Any]:
+        channel.send(write_fd, {"ask": question, "nonce": current["nonce"]})
+        message = channel.receive(read_fd)
+        if message.get("nonce") != current["nonce"] or not isinstance(message.get("answer"), dict):
+            raise channel.ChannelForged("the judge's message was not the answer to this process's question")
+        return message["answer"]
+
+    handle = make_handler(lambda data: channel.send(write_fd, {"progress": data, "nonce": current["nonce"]}), ask)
     status = 0
     profile_dir = os.environ.get("KERNELJUDGE_PROFILE_DIR") if profiled else None
     profiler = cProfile.Profile() if profile_dir else None

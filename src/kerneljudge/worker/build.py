@@ -1,38 +1,29 @@
 """Stage "build" inside the worker: import the problem and the candidate, compiling on the way.
 
-Candidates compile when imported (load_inline at module level, Triton at first launch). Builds are
-cached by what is compiled: while the candidate is imported, torch's `load_inline` and `load` are
-wrapped so that each call builds in a folder named by a hash of its own arguments (sources, functions,
-flags, include paths, name, with_cuda...; a `load` source file by its content) and of the torch and
-CUDA versions, target architecture, platform, Python and compiler. The same extension is never compiled
-twice, however the Python around it changes, and a file lock makes two workers building the same
-extension at once build it once. Triton's cache is the worker's own (isolation.py says why).
+Candidates compile when imported (load_inline at module level, Triton at first launch). While the candidate
+is imported, torch's `load_inline` and `load` are wrapped: each call's arguments go to the judge, which
+builds them into the build cache, keyed on what is compiled (sources, functions, flags, include paths, name,
+with_cuda...; a `load` source file by its content) and the toolchain, and the module is loaded from there.
+The same extension is never compiled twice, however the Python around it changes; the worker cannot write
+the cache (extensions.py says why). Triton's cache is the worker's own (isolation.py says why).
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import hashlib
 import importlib.util
 import inspect
+import json
 import os
-import platform
 import sys
-import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from kerneljudge import cache, sourcefile
+from kerneljudge import extensions, sourcefile
 from kerneljudge.records import Build, Finding
 from kerneljudge.proc.failures import Classified, classify
-
-COMPLETE_MARKER = "complete"
-LOCK_FILE = "kj.lock"  # not "lock": torch's own build baton is called that
-BUILD_FUNCTIONS = ("load_inline", "load")  # torch.utils.cpp_extension's JIT entry points
-NOT_COMPILED = ("build_directory", "verbose", "keep_intermediates")  # arguments that do not change the build
 
 
 @dataclass
@@ -67,70 +58,65 @@ def preload_toolchain() -> None:
         pass
 
 
-def toolchain(arch: str | None) -> list:
-    """What besides its arguments decides what a build produces."""
-    import torch
-
-    return [torch.__version__, torch.version.cuda, arch, sys.platform, platform.machine(),
-            list(sys.version_info[:2]), os.environ.get("CXX"), os.environ.get("CUDA_HOME")]
+#: ask(question) -> the judge's answer (proc/serve.py): how a worker's build reaches the judge's builder
+Ask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass
-class ExtensionCache:
-    """The build cache as the candidate's load_inline/load calls see it: builds/<key>/<name>/ per call,
-    locked while it builds; records what each call cost and whether it was already built."""
+class JudgeBuilds:
+    """torch's load_inline/load as the candidate sees them: each call's arguments go to the judge, which builds
+    them into the build cache (extensions.py: workers cannot write it), and the module is loaded from there.
+    Records what each call cost and whether it was built already."""
 
-    root: Path
-    toolchain: list
+    ask: Ask
+    arch: str | None
     clock_ms: Callable[[], float]
-    built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call, failed ones too
-    waited_ms: float = 0.0  # for other workers' builds of the same extension: not this build's time
-    progress: Callable[[str], None] = lambda message: None  # what is happening (a wait, a compile)
-
-    def key(self, function, args: tuple, kwargs: dict) -> tuple[inspect.BoundArguments, str]:
-        bound = inspect.signature(function).bind(*args, **kwargs)
-        bound.apply_defaults()
-        compiled = {k: v for k, v in bound.arguments.items() if k not in NOT_COMPILED}
-        if function.__name__ == "load":
-            sources = compiled["sources"]
-            compiled["sources"] = [_file_digest(path) for path in ([sources] if isinstance(sources, str) else sources)]
-        return bound, cache.key(function.__name__, compiled, self.toolchain)
+    built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call that built
+    waited_ms: float = 0.0  # for another build of the same extension: not this build's time
 
     def wrap(self, function):
         @functools.wraps(function)
-        def cached_build(*args, **kwargs):
+        def judge_built(*args, **kwargs):
             try:
-                bound, key = self.key(function, args, kwargs)
-            except (TypeError, OSError):  # a bad call or a missing source file: torch says what is wrong
+                bound = inspect.signature(function).bind(*args, **kwargs)
+                bound.apply_defaults()
+                question = self._question(function.__name__, bound.arguments)
+            except (TypeError, ValueError, OSError):  # a bad call or a missing source file: torch says what is wrong
                 return function(*args, **kwargs)
-            folder = self.root / key
-            name = str(bound.arguments["name"])
-            bound.arguments["build_directory"] = str(folder / name)
-            (folder / name).mkdir(parents=True, exist_ok=True)
-            with open(folder / LOCK_FILE, "w") as lock:
-                before = self.clock_ms()
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    self.progress(f"waiting for another worker building {name}")
-                    fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker on the same extension waits, then hits
-                self.waited_ms += self.clock_ms() - before
-                hit = (folder / COMPLETE_MARKER).exists()
-                self.progress(f"loading {name} (build cache hit)" if hit else f"compiling {name} (not in the build cache)")
-                self.built.append((name, key, hit))
-                extension = function(*bound.args, **bound.kwargs)
-                (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-            return extension
+            answer = self.ask({"build": question})
+            if "error" in answer:
+                raise RuntimeError(str(answer["error"]))
+            self.waited_ms += float(answer.get("waited_ms") or 0.0)
+            name = bound.arguments["name"]
+            self.built.append((name, str(answer["key"]), bool(answer["hit"])))
+            from torch.utils import cpp_extension
 
-        cached_build.kj_unwrapped = function
-        return cached_build
+            if bound.arguments.get("is_standalone"):
+                return cpp_extension._get_exec_path(name, answer["folder"])
+            return cpp_extension._import_module_from_library(name, answer["folder"],
+                                                             bound.arguments.get("is_python_module", True))
+
+        judge_built.kj_unwrapped = function
+        return judge_built
+
+    def _question(self, function: str, arguments: dict) -> dict:
+        """The call as data (JSON): `load`'s source files read here, sent as text with the folders they were in."""
+        arguments = {k: v for k, v in arguments.items() if k not in extensions.NOT_COMPILED}
+        folders: list[str] = []
+        if function == "load":
+            paths = [arguments["sources"]] if isinstance(arguments["sources"], (str, os.PathLike)) \
+                else list(arguments["sources"])
+            arguments["sources"] = [[Path(p).name, Path(p).read_text()] for p in paths]
+            folders = sorted({str(Path(p).resolve().parent) for p in paths})
+        return {"function": function, "arguments": json.loads(json.dumps(arguments, default=str)),
+                "arch": self.arch, "source_folders": folders}
 
     def install(self) -> None:
-        """Route torch's JIT builds through this cache for the rest of the worker's life (the worker exists
-        for this candidate; an extension built lazily in forward lands in the cache too)."""
+        """Route torch's JIT builds through the judge for the rest of the worker's life (the worker exists for this
+        candidate; an extension built lazily in forward is the judge's build too)."""
         from torch.utils import cpp_extension
 
-        for name in BUILD_FUNCTIONS:
+        for name in extensions.FUNCTIONS:
             function = getattr(cpp_extension, name)
             setattr(cpp_extension, name, self.wrap(getattr(function, "kj_unwrapped", function)))
 
@@ -139,11 +125,6 @@ class ExtensionCache:
             return Build(elapsed_ms, "none", None)
         return Build(elapsed_ms - self.waited_ms, "hit" if all(hit for _, _, hit in self.built) else "miss",
                      ",".join(key for _, key, _ in self.built), tuple(sorted({name for name, _, _ in self.built})))
-
-
-def _file_digest(path: str) -> list[str]:
-    """A `load` source file: its name (the suffix picks the compiler) and the hash of its content."""
-    return [Path(path).name, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
 
 
 def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:
@@ -192,12 +173,10 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
                               "problem's values for this run", stage="build", constants=shared)
 
 
-def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Path, device: str,
-                     arch: str | None, clock_ms, constants: dict | None = None, progress=lambda message: None,
-                     ) -> tuple[types.ModuleType | None, Build, Classified | None]:
-    """Import the candidate with its builds going through the build cache, with `constants` set
-    (candidate_constants); the failure, if any, comes back classified. `progress(message)` says what is
-    happening (a wait for another build, a compile)."""
+def import_candidate(path: str, sha256: str, kinds: list[str], *, ask: Ask, device: str, arch: str | None,
+                     clock_ms, constants: dict | None = None) -> tuple[types.ModuleType | None, Build, Classified | None]:
+    """Import the candidate with its builds made by the judge (`ask`: JudgeBuilds), with `constants` set
+    (candidate_constants); the failure, if any, comes back classified."""
     builds = None
     if kinds:
         # this worker process exists for this candidate: its environment is where torch looks
@@ -205,7 +184,7 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, cache_dir: Pat
         if resolved_arch:
             os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
         if {"cpp", "cuda"} & set(kinds):
-            builds = ExtensionCache(cache_dir / "builds", toolchain(resolved_arch), clock_ms, progress=progress)
+            builds = JudgeBuilds(ask, resolved_arch, clock_ms)
             builds.install()
     started = clock_ms()
     module, failure = _import(path, sha256, constants)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import traceback
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import psutil
@@ -59,9 +58,11 @@ def _reply(findings: list[Finding], poisoned: bool = False, blobs: list | None =
 class Worker:
     PROGRESS_EVERY_MS = 250.0  # the least time between two throttled progress messages
 
-    def __init__(self, guard: Guard, send_progress: Callable[[dict[str, Any]], None] = lambda data: None):
+    def __init__(self, guard: Guard, send_progress: Callable[[dict[str, Any]], None] = lambda data: None,
+                 ask: build.Ask = lambda question: {"error": "no judge to ask"}):
         self.guard = guard
         self.send_progress = send_progress
+        self.ask = ask  # the judge's answer to a question: its extension builds (worker/build.py)
         self.last_progress_ms = float("-inf")
         self.device = torch.device("cpu")
         self.session: Session | None = None
@@ -169,8 +170,8 @@ class Worker:
         candidate = request.candidate
         machine.interpret_triton(torch.device(request.device), candidate["kinds"])
         _, info, failure = build.import_candidate(
-            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
-            device=request.device, arch=request.arch, clock_ms=self.guard.wall_ms, progress=self.progress)
+            candidate["path"], candidate["sha256"], candidate["kinds"], ask=self.ask,
+            device=request.device, arch=request.arch, clock_ms=self.guard.wall_ms)
         return _reply([failure.finding] if failure else [], poisoned=bool(failure and failure.poisoned),
                       build=info.to_json())
 
@@ -187,9 +188,8 @@ class Worker:
         notices = [notice] if notice else []
         ops_before = optrace.registered_ops()
         module, info, failure = build.import_candidate(
-            candidate["path"], candidate["sha256"], candidate["kinds"], cache_dir=Path(request.cache_dir),
-            device=str(self.device), arch=request.arch, clock_ms=self.guard.wall_ms, constants=constants,
-            progress=self.progress)
+            candidate["path"], candidate["sha256"], candidate["kinds"], ask=self.ask,
+            device=str(self.device), arch=request.arch, clock_ms=self.guard.wall_ms, constants=constants)
         if failure is not None:
             return _reply(notices + [failure.finding], poisoned=failure.poisoned, build=info.to_json())
         model_new, missing = build.find_model_new(module, "build")

@@ -28,6 +28,10 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              there
     sysv     a System V shared memory segment made at key $KJ_TEST_SHM_KEY and left behind: a channel to a later
              worker (another candidate's) that no file or mount rule sees
+    builds   a file written into the build cache ($KJ_TEST_CACHE/builds), where a later worker would load it as
+             another candidate's extension, then an extension built with a compiler `-wrapper` that writes
+             there too (the judge's builder runs the candidate's flags): the worker's write, "built" and the
+             extension's answer
 """
 import os
 import socket
@@ -178,6 +182,25 @@ def sysv() -> str:
     return f"made {made}" if made >= 0 else f"blocked {ctypes.get_errno()}"
 
 
+LIGHT_SOURCE = """
+#include <pybind11/pybind11.h>
+int kj_light_one() { return 1; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("kj_light_one", &kj_light_one); }
+"""
+
+
+def build_cache() -> str:
+    from torch.utils.cpp_extension import load_inline
+
+    builds = Path(os.environ["KJ_TEST_CACHE"]) / "builds"
+    # quoted for the shell ninja runs the compiler in, "$$" for ninja itself: gcc runs the shell at every step
+    wrapper = f"'/bin/sh,-c,echo planted > {builds}/kj_planted_by_the_compiler; exec \"$$0\" \"$$@\"'"
+    worker = write(builds / "kj_planted_by_the_worker", b"planted")
+    extension = load_inline(name="kj_sandbox_wrapped", cpp_sources=[LIGHT_SOURCE], no_implicit_headers=True,
+                            extra_cflags=["-wrapper", wrapper])
+    return f"{worker}\nbuilt {extension.kj_light_one()}"
+
+
 def triton_cache() -> str:
     marker = Path(os.environ["TRITON_CACHE_DIR"]) / "kj_planted_by_an_earlier_worker"
     found = marker.exists()
@@ -185,7 +208,7 @@ def triton_cache() -> str:
     return f"{'found' if found else 'fresh'} {outcome}"
 
 
-ATTACKS = {"triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+ATTACKS = {"builds": build_cache, "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
            "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
