@@ -320,14 +320,78 @@ def test_the_judge_builds_only_a_named_call_with_plain_file_names(question, why)
         Request.from_wire(question)
 
 
+def test_extensions_load_as_torchs_own_load_inline_and_load_would(fast, tmp_path):
+    """cpp_variants.py: one name built twice from two sources (the second loaded as kj_same_v1), a header on an
+    include path relative to the candidate's folder, a `load` of a file whose header sits beside it, named `tmp`.
+    The cache keeps each module alone: no worker reads another candidate's sources there."""
+    cache = tmp_path / "variants-cache"
+    result = evaluate(SEED, ISO / "cpp_variants.py", fast.replace(cache_dir=cache, probes=False))
+    assert result.verdict == "pass", codes(result)
+    assert result.build.cache == "miss" and result.build.extensions == ("kj_same", "kj_same_v1", "tmp")
+    kept = sorted(path.relative_to(cache / "builds").parts[1:] for path in (cache / "builds").rglob("*")
+                  if path.is_file())
+    assert kept == sorted([("kj.complete",)] * 3 + [("kj_same", "kj_same.so"), ("kj_same_v1", "kj_same_v1.so"),
+                                                     ("tmp", "tmp.so")])
+
+
+def _unstarted_worker(cache_dir: Path) -> WorkerProcess:
+    worker = WorkerProcess(WorkerOptions(cache_dir=cache_dir))
+    worker.sandbox = None  # never started: its builder runs unsandboxed
+    return worker
+
+
+@pytest.mark.parametrize("question", [
+    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "source_folders": 5}},
+    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "arch": "9.0\x00"}},
+    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "source_folders": ["/"]}},
+    {"progress": "not a build"},
+    "not even a dict",
+])
+def test_a_forged_build_question_is_answered_with_an_error(tmp_path, question):
+    """The question is data the candidate may have forged (any object in the worker can ask): a refusal comes
+    back as the answer's error, never as an exception in the judge (in a batch it would end the batch)."""
+    answer = _unstarted_worker(tmp_path / "cache")._answer(question, time.monotonic() + 60, None)
+    assert set(answer) == {"error"} and "the judge does not build this" in answer["error"], answer
+
+
+def test_a_build_the_judge_cannot_make_is_an_error_answer_too(tmp_path):
+    """Whatever fails in the judge's hands (here the cache is a file, so nothing can be made in it) is the
+    worker's build error."""
+    (tmp_path / "cache").write_text("not a folder")
+    question = {"build": {"function": "load_inline", "arguments": {"name": "kj_k", "cpp_sources": ["int f();"]}}}
+    answer = _unstarted_worker(tmp_path / "cache")._answer(question, time.monotonic() + 60, None)
+    assert set(answer) == {"error"} and "the judge's build failed" in answer["error"], answer
+
+
+def test_the_builders_output_is_read_head_and_tail_and_its_time_is_bounded(tmp_path):
+    """A builder that floods its output (its module's constructors run there) is read back 20 kB at most, the
+    start of torch's message kept; one that outlives the worker's time is stopped."""
+    from kerneljudge import extensions
+
+    request = extensions.Request.from_wire({"function": "load_inline", "arguments": {"name": "kj_k"}})
+    flood = ("import sys; sys.stdout.write(\"Error building extension 'kj_k': first\\n\" + 'x' * 50_000_000); "
+             "sys.exit(3)")
+    (tmp_path / "a").mkdir()
+    error = extensions.run_builder(request, tmp_path / "a", 60, lambda command, staging, seconds: [
+        sys.executable, "-c", flood])
+    assert error.startswith("Error building extension 'kj_k': the build process ended with status 3: "
+                            "Error building extension 'kj_k': first")
+    assert len(error) < extensions.ERROR_HEAD_CHARS + extensions.ERROR_TAIL_CHARS + 200
+    (tmp_path / "b").mkdir()
+    started = time.monotonic()
+    error = extensions.run_builder(request, tmp_path / "b", 1, lambda command, staging, seconds: [
+        sys.executable, "-c", "import time; time.sleep(60)"])
+    assert "ran past the 1 s left" in error and time.monotonic() - started < 30
+
+
 def test_cache_info_clear_and_the_environment_variable(built, tmp_path):
     cache_dir = tmp_path / "cache"
     shutil.copytree(built[0], cache_dir)  # a copy: the other tests keep their cache whatever the order
     done = cli("cache", "info", "--json", "--cache-dir", str(cache_dir))
     info = json.loads(done.stdout)
     assert done.returncode == 0 and info["path"] == str(cache_dir)
-    # the fixture's three (two built, the broken one's), and whatever tests added to the session's cache
-    assert info["sections"]["builds"]["entries"] >= 3
+    # the fixture's two built (the broken one's build leaves nothing), and whatever tests added to the session's cache
+    assert info["sections"]["builds"]["entries"] >= 2
     assert info["sections"]["builds"]["bytes"] > 10_000  # the compiled .so is in there
 
     from_env = cli("cache", "info", "--json", env={"KERNELJUDGE_CACHE_DIR": str(cache_dir)})

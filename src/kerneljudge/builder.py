@@ -1,7 +1,7 @@
 """`kerneljudge build`: compile candidates ahead of evaluation, in parallel worker processes.
 
-Each candidate is imported in its own worker, its extensions built into the build cache keyed on what
-they compile (worker/build.py), so a later `eval` of a candidate building the same extensions on the
+Each candidate is imported in its own worker, its extensions built by the judge into the build cache keyed on
+what they compile (extensions.py), so a later `eval` of a candidate building the same extensions on the
 same torch/CUDA/architecture is a cache hit, whatever its Python around them. No GPU is needed where
 the toolchain is: give --arch (e.g. 9.0) when no GPU is visible.
 """

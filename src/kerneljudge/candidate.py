@@ -46,13 +46,20 @@ def load_candidate(path: str | Path) -> Candidate:
 
 
 def _kinds(tree: ast.Module) -> tuple[str, ...]:
-    """What the candidate compiles: "cpp"/"cuda" from load_inline/load calls, "triton" from imports."""
+    """What the candidate compiles: "cpp"/"cuda" from load_inline/load calls (and "cpp" wherever it imports or
+    names torch's cpp_extension: a renamed or positional `load` builds through the judge too), "triton" from
+    imports."""
     kinds: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if any(m == "triton" or m.startswith("triton.") for m in modules):
                 kinds.add("triton")
+            if any(m.endswith("cpp_extension") for m in modules) or \
+                    any(a.name == "cpp_extension" for a in node.names):
+                kinds.add("cpp")
+        elif isinstance(node, ast.Attribute) and node.attr == "cpp_extension":
+            kinds.add("cpp")
         elif isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             keywords = {k.arg for k in node.keywords}

@@ -353,7 +353,8 @@ def explain_command(code: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one entry per SOLUTION.")
 def build_command(solutions: tuple[Path, ...], jobs: int, arch: str | None, device: str, timeout_s: float,
                   cache_dir: Path | None, as_json: bool) -> None:
-    """Compile SOLUTION(s) into the build cache, in parallel worker processes (no GPU needed)."""
+    """Compile SOLUTION(s) into the build cache, in parallel (each imported by a worker, its extensions built by
+    the judge's sandboxed builder; no GPU needed)."""
     from kerneljudge.builder import build_all
     from kerneljudge.pipeline import resolve_device
 

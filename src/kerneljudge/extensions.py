@@ -1,27 +1,31 @@
 """The build cache's one writer: the candidate's `load_inline`/`load` extensions compiled from their arguments
-by the judge, in a sandboxed process that runs no candidate Python, so that no worker can write the cache.
+by the judge, in a sandboxed builder process, so that no worker can write the cache.
 
 Why: the worker imports the candidate, whose code runs there. When workers built into the shared `builds/`
 themselves, a red-team worker could leave a compiled module under the key of a source another candidate
 builds, and every later worker building that source would load the plant (README, the sandbox's `mount`
 row). Now the cache is read-only to workers. A worker's `load_inline` sends its arguments to the judge
 (an `ask` on the worker's channel, worker/build.py); the judge keys them with this machine's toolchain and,
-when the key is not built yet, runs `python -m kerneljudge.extensions` in the sandbox with a fresh staging
-folder as the only writable place. The compiler runs with the candidate's flags (`-wrapper` runs any
-program), so that folder is all a hostile build can reach, and the judge moves its content under the key
-that the arguments themselves name. The worker then loads the module from the read-only cache.
+when the key is not built yet, runs `python -m kerneljudge.extensions` in the worker's sandbox layers and
+cgroups with a fresh staging folder as the only writable place. The builder runs no candidate Python, but
+the compiler runs the candidate's flags (`-wrapper` runs any program; torch writes them unescaped into the
+shell line ninja runs) and torch imports the built module (its static constructors run): the staging
+folder is all either can write. The judge keeps the module alone (no sources: a later worker reads none)
+and moves it under the key its arguments name; the worker loads it from the read-only cache.
 
-    builds/<key>/<name>/<name>.so   one extension, with `complete` beside <name>/ once the judge moved it in
-                                    (the module alone: its sources and objects are removed, no worker reads them)
-    builds/.staging-*/               a build in progress (the builder's only writable folder)
+    builds/<key>/<name>/<name>.so   one extension, with `kj.complete` beside <name>/ once the judge moved it in
+    staging/<random>/               a build in progress: out/<name>/ (the build), src/ (`load`'s files), tmp/
+    locks/build-<key>.lock          one build of a key at a time (staging/ and locks/ are hidden from workers)
 
-A `load` call's source files are read by the worker and sent as text (the judge reads nothing a worker
+A `load` call's source files are read by the worker and sent as bytes (the judge reads nothing a worker
 names: a compile error would quote a file hidden from the worker); the builder compiles copies, with the
 files' folders on the include path for their headers. Headers are not in the key (as in torch's own cache).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fcntl
 import functools
 import hashlib
@@ -31,6 +35,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,12 +48,15 @@ from kerneljudge import cache, sandbox
 
 FUNCTIONS = ("load_inline", "load")  # torch.utils.cpp_extension's JIT entry points
 NOT_COMPILED = ("build_directory", "verbose", "keep_intermediates")  # arguments that do not change the build
-COMPLETE_MARKER = "complete"
-LOCK_FILE = "kj.lock"  # not "lock": torch's own build baton is called that
-STAGING_PREFIX = ".staging-"
+COMPLETE_MARKER = "kj.complete"  # not an identifier: no extension's folder has its name
 KEY_VERSION = "judge-built-1"  # entries written by workers (before this module) are never read
-ERROR_CHARS = 20_000  # of the builder's error, passed back to the worker (torch's message quotes the compiler)
+ERROR_HEAD_CHARS = 16_000  # of the builder's error passed back (torch's message starts with the first errors)
+ERROR_TAIL_CHARS = 4_000
+BUILDER_FILE_MB = 1024  # the largest file the builder may write: its output (the compiler's prints), a module
+LOCK_POLL_S = 0.05
+KILL_GRACE_S = 5  # for the launcher to kill and reap the builder's processes before SIGKILL
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+_ARCH = re.compile(r"[0-9A-Za-z.;+ ]{1,64}")  # TORCH_CUDA_ARCH_LIST: "9.0", "8.0;9.0+PTX"
 
 
 class BuildRefused(ValueError):
@@ -58,7 +66,7 @@ class BuildRefused(ValueError):
 @dataclass(frozen=True)
 class Request:
     """One `load_inline` or `load` call as data: its compiled arguments (JSON; `load`'s `sources` as
-    [file name, text] pairs, `source_folders` where they were) and the target CUDA architecture."""
+    [file name, base64 content] pairs, `source_folders` where they were) and the target CUDA architecture."""
 
     function: str
     arguments: dict[str, Any]
@@ -69,21 +77,27 @@ class Request:
     def from_wire(cls, data: Any) -> "Request":
         if not isinstance(data, dict) or data.get("function") not in FUNCTIONS:
             raise BuildRefused("not a load_inline or load call")
-        arguments, arch = data.get("arguments"), data.get("arch")
+        arguments, arch, folders = data.get("arguments"), data.get("arch"), data.get("source_folders") or []
         if not isinstance(arguments, dict) or not isinstance(arguments.get("name"), str) \
                 or not _NAME.fullmatch(arguments["name"]):
             raise BuildRefused("an extension needs a name that is a Python identifier")
-        if arch is not None and not isinstance(arch, str):
-            raise BuildRefused("the architecture must be a string")
-        folders = data.get("source_folders") or []
+        if arch is not None and not (isinstance(arch, str) and _ARCH.fullmatch(arch)):
+            raise BuildRefused("the architecture must be a CUDA architecture list such as 9.0")
+        if not (isinstance(folders, list) and all(isinstance(f, str) and "\0" not in f for f in folders)):
+            raise BuildRefused("source_folders must be a list of paths")
         if data["function"] == "load":
             sources = arguments.get("sources")
             if not (isinstance(sources, list) and sources and all(
                     isinstance(s, list) and len(s) == 2 and all(isinstance(part, str) for part in s)
-                    and Path(s[0]).name == s[0] and s[0] not in (".", "..") for s in sources)):
-                raise BuildRefused("load's sources must be [file name, text] pairs of plain file names")
-            if not (isinstance(folders, list) and all(isinstance(f, str) for f in folders)):
-                raise BuildRefused("source_folders must be a list of paths")
+                    and Path(s[0]).name == s[0] and s[0] not in (".", "..") and "\0" not in s[0] for s in sources)):
+                raise BuildRefused("load's sources must be [file name, content] pairs of plain file names")
+            try:
+                for _, content in sources:
+                    base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise BuildRefused("load's sources must come as base64") from exc
+        elif folders:
+            raise BuildRefused("source_folders belong to load's source files")
         return cls(data["function"], {k: v for k, v in arguments.items() if k not in NOT_COMPILED}, arch,
                    tuple(folders))
 
@@ -110,98 +124,175 @@ def toolchain(arch: str | None) -> list:
             os.environ.get("CXX"), os.environ.get("CUDA_HOME")]
 
 
-#: run(request, staging folder, seconds left) -> None when built there, else the error to pass back
-Runner = Callable[[Request, Path, float], "str | None"]
-#: sandboxed(command, env) -> the command run in the sandbox (env changed for it in place): isolation.py's
-Sandboxed = Callable[[list[str], dict], list[str]]
+#: sandboxed(command, staging folder, seconds) -> the command as run in the sandbox: isolation.py's
+Sandboxed = Callable[[list[str], Path, float], list[str]]
 
 
-def build(request: Request, cache_dir: Path, run: Runner, *, seconds_left: Callable[[], float],
+def build(request: Request, cache_dir: Path, sandboxed: Sandboxed, *, seconds_left: Callable[[], float],
           progress: Callable[[str], None] = lambda message: None, clock_ms=lambda: time.monotonic() * 1000) -> dict:
     """The answer to a worker's build ask: {"folder", "key", "hit", "waited_ms"} where the extension is built
     (now or before), else {"error", "key"}. One build per key at a time (a file lock: other judges building
-    the same key wait, then hit)."""
+    the same key wait, then hit), never past the worker's deadline (`seconds_left`)."""
     key = request.key()
-    root = cache_dir / "builds"
-    folder = root / key
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK_FILE, "w") as lock:
+    folder = cache_dir / "builds" / key
+    built = {"folder": str(folder / request.name), "key": key, "waited_ms": 0.0}
+    if (folder / COMPLETE_MARKER).exists():  # written once, after the module is in place: no lock needed
+        progress(f"loading {request.name} (build cache hit)")
+        return {**built, "hit": True}
+    locks = cache_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"build-{key}.lock", "w") as lock:
         before = clock_ms()
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another build of {request.name}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        waited_ms = clock_ms() - before
-        built = {"folder": str(folder / request.name), "key": key, "waited_ms": waited_ms}
+        if not _locked(lock, seconds_left, lambda: progress(f"waiting for another build of {request.name}")):
+            return {"error": f"Error building extension '{request.name}': the worker's time ran out waiting for "
+                             "another build of it", "key": key}
+        built["waited_ms"] = clock_ms() - before
         if (folder / COMPLETE_MARKER).exists():
+            progress(f"loading {request.name} (build cache hit)")
             return {**built, "hit": True}
+        if seconds_left() <= 0:
+            return {"error": f"Error building extension '{request.name}': no time left to build it", "key": key}
         progress(f"compiling {request.name} (not in the build cache)")
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+        (cache_dir / "staging").mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache_dir / "staging"))
         try:
-            error = run(request, staging, seconds_left())
-            output = staging / request.name
+            error = run_builder(request, staging, seconds_left(), sandboxed)
+            output = staging / "out" / request.name
             if error is None and not (output.is_dir() and not output.is_symlink()):
-                error = f"the build of {request.name} left no folder {request.name}/"
+                error = f"Error building extension '{request.name}': the build left no module"
             if error is not None:  # the compiler's paths as the key's folder (where the build would have been)
-                return {"error": error.replace(str(staging), str(folder)), "key": key}
-            for path in output.iterdir():  # the module alone: its sources are no later worker's to read
-                if path.name not in (request.name, request.name + ".so"):
-                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-            shutil.rmtree(folder / request.name, ignore_errors=True)  # an earlier build that did not finish
-            os.replace(output, folder / request.name)
-            (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+                return {"error": error.replace(str(staging / "out"), str(folder)), "key": key}
+            _keep_the_module(request.name, output, folder)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove(staging)
     return {**built, "hit": False}
 
 
-def run_builder(request: Request, staging: Path, seconds: float,
-                sandboxed: Sandboxed = lambda command, env: command) -> str | None:
-    """Run the builder process on `request`, its output in `staging`; None when it built, else its error."""
+def _locked(lock, seconds_left: Callable[[], float], on_wait: Callable[[], None]) -> bool:
+    """Hold `lock`, waiting for it while the worker's time lasts; False when it ran out."""
+    waited = False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if seconds_left() <= 0:
+                return False
+            if not waited:
+                on_wait()
+                waited = True
+            time.sleep(LOCK_POLL_S)
+
+
+def _keep_the_module(name: str, output: Path, folder: Path) -> None:
+    """The built module alone (no sources or objects: no later worker reads them) copied as plain files from
+    the builder's folder (whose files the builder made, with whatever modes) into the key's folder, then the
+    marker."""
+    kept = [path for path in output.iterdir() if path.name in (name, name + ".so") and path.is_file()
+            and not path.is_symlink()]
+    if not kept:
+        raise OSError(f"the build of {name} left no module file")
+    destination = folder / name
+    _remove(destination)  # an earlier build that did not finish
+    destination.mkdir(parents=True)
+    for path in kept:
+        shutil.copyfile(path, destination / path.name)
+        os.chmod(destination / path.name, 0o755)
+    (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder whatever modes its builder left on its folders (one made unreadable or unwritable):
+    each made the judge's own first (top down, so each is opened after its mode is set)."""
+    if not path.exists():
+        return
+    os.chmod(path, 0o700)
+    for root, folders, _ in os.walk(path):
+        for name in folders:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o700)
+    shutil.rmtree(path)
+
+
+def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sandboxed) -> str | None:
+    """Run the builder process on `request`, its output in `staging`; None when it built, else its error.
+    Its prints go to a file outside its reach, bounded by its file-size limit, read back head and tail."""
+    for part in ("out", "src", "tmp"):
+        (staging / part).mkdir()
     env = sandbox.launcher_env(dict(os.environ, TMPDIR=str(staging / "tmp")))
-    (staging / "tmp").mkdir()
     if request.arch:
         env["TORCH_CUDA_ARCH_LIST"] = request.arch
     order = {"function": request.function, "arguments": request.arguments, "folder": str(staging),
              "source_folders": list(request.source_folders)}
-    command = sandboxed([sys.executable, "-m", "kerneljudge.extensions"], env)
+    command = sandboxed([sys.executable, "-m", "kerneljudge.extensions"], staging, seconds)
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=output, stderr=output, env=env,
+                                   cwd=str(staging / "tmp"), start_new_session=True)
+        try:
+            process.communicate(json.dumps(order).encode(), timeout=max(0.1, seconds))
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            return f"Error building extension '{request.name}': the build ran past the {seconds:.0f} s left"
+        if process.returncode == 0:
+            return None
+        said = _head_and_tail(output)
+    reported = [line for line in said.splitlines() if line.startswith('{"kj_build_error"')]
     try:
-        done = subprocess.run(command, input=json.dumps(order), capture_output=True, text=True, env=env,
-                              cwd=str(staging), timeout=max(1.0, seconds))
-    except subprocess.TimeoutExpired:
-        return f"Error building extension '{request.name}': the build ran past the {seconds:.0f} s left"
-    if done.returncode == 0:
-        return None
-    reported = done.stdout.strip().splitlines()[-1:]
-    try:
-        return str(json.loads(reported[0])["error"])[-ERROR_CHARS:]
+        return _clipped(str(json.loads(reported[-1])["kj_build_error"]))
     except (IndexError, ValueError, KeyError, TypeError):
-        return (f"Error building extension '{request.name}': the build process ended with status "
-                f"{done.returncode}: {done.stderr.strip()[-ERROR_CHARS:]}")
+        return _clipped(f"Error building extension '{request.name}': the build process ended with status "
+                        f"{process.returncode}: {said.strip()}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the launcher (it kills and reaps the builder's processes), SIGKILL to the session after a grace."""
+    process.terminate()
+    try:
+        process.wait(KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def _head_and_tail(output) -> str:
+    size = output.seek(0, os.SEEK_END)
+    output.seek(0)
+    if size <= ERROR_HEAD_CHARS + ERROR_TAIL_CHARS:
+        return output.read().decode(errors="replace")
+    head = output.read(ERROR_HEAD_CHARS)
+    output.seek(size - ERROR_TAIL_CHARS)
+    return f"{head.decode(errors='replace')}\n[...]\n{output.read().decode(errors='replace')}"
+
+
+def _clipped(error: str) -> str:
+    if len(error) <= ERROR_HEAD_CHARS + ERROR_TAIL_CHARS:
+        return error
+    return f"{error[:ERROR_HEAD_CHARS]}\n[...]\n{error[-ERROR_TAIL_CHARS:]}"
 
 
 def main() -> None:
-    """The builder process: one extension built with torch's own function, into the staging folder. Its
-    result is the folder's content; a failure is one JSON line on standard output."""
+    """The builder process: one extension built with torch's own function, into the staging folder's out/.
+    Its result is that folder's content; a failure is one JSON line on its output."""
     order = json.loads(sys.stdin.read())
     folder = Path(order["folder"])
-    arguments = dict(order["arguments"], build_directory=str(folder / order["arguments"]["name"]), verbose=False)
-    (folder / arguments["name"]).mkdir()
+    arguments = dict(order["arguments"], build_directory=str(folder / "out" / order["arguments"]["name"]),
+                     verbose=False)
+    Path(arguments["build_directory"]).mkdir()
     if order["function"] == "load":
-        sources = folder / "sources"
-        sources.mkdir()
-        for file_name, text in arguments["sources"]:
-            (sources / file_name).write_text(text)
-        arguments["sources"] = [str(sources / file_name) for file_name, _ in arguments["sources"]]
+        for file_name, content in arguments["sources"]:
+            (folder / "src" / file_name).write_bytes(base64.b64decode(content))
+        arguments["sources"] = [str(folder / "src" / file_name) for file_name, _ in arguments["sources"]]
         arguments["extra_include_paths"] = [*(arguments.get("extra_include_paths") or []), *order["source_folders"]]
     try:
         from torch.utils import cpp_extension
 
         getattr(cpp_extension, order["function"])(**arguments)
     except BaseException as exc:  # noqa: BLE001 - the failure goes to the worker as torch said it
-        print(json.dumps({"error": str(exc) if "Error building extension" in str(exc)
-                          else f"{type(exc).__name__}: {exc}"}), flush=True)
+        message = str(exc) if "Error building extension" in str(exc) else f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"kj_build_error": message}), flush=True)
         os._exit(1)
     sys.stdout.flush()
     os._exit(0)  # the loaded module's threads and destructors are not waited for

@@ -1,7 +1,8 @@
 """The judge's side of its torch processes: spawn one, talk to it over the private channel, contain it.
 
 Two roles run the same way: the candidate's worker (`python -m kerneljudge.worker`) and the referee
-(`python -m kerneljudge.referee`, which never imports candidate code). A candidate can segfault, hang, exhaust memory, call exit or print anything. The worker is a fresh
+(`python -m kerneljudge.referee`, which never imports candidate code). A candidate can segfault, hang, exhaust
+memory, call exit or print anything. The worker is a fresh
 `python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
 with stdout and stderr captured to a file whose tail is attached to error results and one deadline
 for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
@@ -201,11 +202,14 @@ class WorkerProcess:
         # (a key of Triton's own source, the same for every candidate), and a later worker's Triton loaded it
         env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"),
                    TRITON_CACHE_DIR=str(self.workdir / "triton"))
-        for folder in options.writable:
+        # the judge's locks (a worker holding one would stall every build of its key, or a device's timing) and its
+        # builds in progress hidden too (extensions.py)
+        private = [self._cache_dir() / "locks", self._cache_dir() / "staging"]
+        for folder in (*options.writable, *private):
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=writable,
-            hidden=options.hidden, cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
+            hidden=[*options.hidden, *private], cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
                 options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
 
     @contextmanager
@@ -337,31 +341,36 @@ class WorkerProcess:
 
     def _answer(self, question: Any, deadline: float, on_progress) -> dict[str, Any]:
         """The judge's answer to its worker's question: an extension built (extensions.py) into the cache the
-        worker cannot write, in a builder sandboxed as the worker is, within the worker's own deadline."""
+        worker cannot write, in a builder in the worker's sandbox layers and cgroups, within its deadline. The
+        question is data the candidate may have forged: whatever goes wrong is the answer's error, never the
+        judge's."""
         try:
             if self.role != "worker" or not isinstance(question, dict):
                 raise extensions.BuildRefused("the judge answers only its workers' build questions")
             request = extensions.Request.from_wire(question.get("build"))
+            progress = (lambda message: on_progress({"message": message})) if on_progress is not None else \
+                (lambda message: None)
+            return extensions.build(request, self._cache_dir(), self._builder_sandboxed,
+                                    seconds_left=lambda: deadline - self.clock(), progress=progress)
         except extensions.BuildRefused as exc:
             return {"error": f"the judge does not build this: {exc}"}
-        progress = (lambda message: on_progress({"message": message})) if on_progress is not None else \
-            (lambda message: None)
-        return extensions.build(request, self.options.cache_dir or default_cache_dir(), self._run_builder,
-                                seconds_left=lambda: deadline - self.clock(), progress=progress)
+        except Exception as exc:  # noqa: BLE001 - a build the candidate made fail in the judge's hands
+            return {"error": f"Error building extension: the judge's build failed: {type(exc).__name__}: {exc}"}
 
-    def _run_builder(self, request: "extensions.Request", staging: Path, seconds: float) -> str | None:
-        """The builder in the worker's sandbox layers, with the staging folder its only writable one."""
-        def sandboxed(command: list[str], env: dict) -> list[str]:
-            if self.sandbox is None or not self.sandbox.active:
-                return command
-            options = self.options
-            return with_parent(sandbox.launch_command(
-                command, layers=self.sandbox.active, writable=[staging], hidden=options.hidden,
-                niceness=options.niceness, limits=sandbox.limits(seconds, options.max_file_mb,
-                                                                 options.max_processes, options.max_open_files)),
-                os.getpid())
+    def _builder_sandboxed(self, command: list[str], staging: Path, seconds: float) -> list[str]:
+        """The builder's command in the worker's layers and cgroups (its processes and memory counted with the
+        worker's, stopped and killed with them), the staging folder its only writable one."""
+        if self.sandbox is None or not self.sandbox.active:
+            return command
+        options = self.options
+        limits = sandbox.limits(seconds, min(options.max_file_mb, extensions.BUILDER_FILE_MB), options.max_processes,
+                                options.max_open_files)
+        return with_parent(sandbox.launch_command(
+            command, layers=self.sandbox.active, writable=[staging], hidden=options.hidden, cgroup=self.cgroup,
+            niceness=options.niceness, limits=limits), os.getpid())
 
-        return extensions.run_builder(request, staging, seconds, sandboxed)
+    def _cache_dir(self) -> Path:
+        return self.options.cache_dir or default_cache_dir()
 
     @property
     def role(self) -> str:

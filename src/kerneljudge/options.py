@@ -200,7 +200,7 @@ class WorkerOptions:
     # sandbox layers left off (kerneljudge/sandbox: user, mount, dev, pid, net, ipc, rlimits, cgroup, memory); default
     # from $KERNELJUDGE_SANDBOX_OFF ("dev,pid"), e.g. where a layer breaks a GPU driver
     sandbox_off: tuple[str, ...] = field(default_factory=default_sandbox_off)
-    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir): its builds section writable
+    cache_dir: Path | None = None  # the judge's cache (Options.cache_dir; None: the default): where it builds
     writable: tuple[Path, ...] = ()  # more folders the worker may write besides its own
     watched: tuple[Path, ...] = ()  # files the worker must not change (the results store), checked after it
     # files and folders the worker must not see: covered in its read-only view (sandbox/launch.py; the
@@ -247,8 +247,8 @@ class Options:
             if value is not None and not isinstance(value, Path) and isinstance(value, (str, os.PathLike)):
                 object.__setattr__(self, name, Path(value))
     def worker_options(self) -> WorkerOptions:
-        """The worker's options with what the sandbox must know of this run: the cache (its build sections
-        are writable), the results store (watched), every store this user's runs write by default besides it (one
+        """The worker's options with what the sandbox must know of this run: the cache (the judge builds the
+        worker's extensions there; its locks and builds in progress are hidden), the results store (watched), every store this user's runs write by default besides it (one
         run with `--no-store` or another store is still the user's: hidden with its journal files too, as other
         candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()

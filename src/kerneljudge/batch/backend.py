@@ -4,7 +4,7 @@ The batch scheduler (scheduler.py) knows nothing of processes or devices. It tal
 which offers
 
 * `build(job)` -> `BuildOutcome`: compile a candidate ahead of judging (its load_inline/load extensions
-  into the content-addressed build cache, builder.py / worker/build.py). Called from up to `build_slots`
+  built by the judge into the content-addressed build cache: builder.py, extensions.py). Called from up to `build_slots`
   scheduler threads at once; the scheduler never builds the same candidate source twice at once (two
   jobs with one sha256 share one build), and calls it only for candidates that compile something
   (`needs_build`); a failed build becomes the job's result without judging.

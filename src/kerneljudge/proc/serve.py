@@ -15,6 +15,7 @@ from __future__ import annotations
 import cProfile
 import os
 import sys
+import threading
 from typing import Any, Callable
 
 from kerneljudge import channel
@@ -28,15 +29,25 @@ def serve(make_handler: Callable[[Callable[[dict[str, Any]], None], Ask], Handle
     """Answer requests on the descriptors in argv until the channel closes; `make_handler(progress, ask)`."""
     read_fd, write_fd = int(argv[1]), int(argv[2])
     current: dict[str, Any] = {"nonce": None}
+    talking = threading.Lock()  # a question and its answer, or a progress message, whole: threads take turns
+
+    def progress(data: dict[str, Any]) -> None:
+        with talking:
+            if current["nonce"] is not None:
+                channel.send(write_fd, {"progress": data, "nonce": current["nonce"]})
 
     def ask(question: dict[str, Any]) -> dict[str, Any]:
-        channel.send(write_fd, {"ask": question, "nonce": current["nonce"]})
-        message = channel.receive(read_fd)
-        if message.get("nonce") != current["nonce"] or not isinstance(message.get("answer"), dict):
-            raise channel.ChannelForged("the judge's message was not the answer to this process's question")
-        return message["answer"]
+        with talking:
+            nonce = current["nonce"]
+            if nonce is None:  # between requests (a thread of the candidate's): the judge is not listening
+                raise RuntimeError("the judge answers questions only while it waits for a reply")
+            channel.send(write_fd, {"ask": question, "nonce": nonce})
+            message = channel.receive(read_fd)
+            if message.get("nonce") != nonce or not isinstance(message.get("answer"), dict):
+                raise channel.ChannelForged("the judge's message was not the answer to this process's question")
+            return message["answer"]
 
-    handle = make_handler(lambda data: channel.send(write_fd, {"progress": data, "nonce": current["nonce"]}), ask)
+    handle = make_handler(progress, ask)
     status = 0
     profile_dir = os.environ.get("KERNELJUDGE_PROFILE_DIR") if profiled else None
     profiler = cProfile.Profile() if profile_dir else None
@@ -47,7 +58,9 @@ def serve(make_handler: Callable[[Callable[[dict[str, Any]], None], Ask], Handle
             break
         current["nonce"] = message.get("nonce")
         reply, blobs = profiler.runcall(handle, message) if profiler else handle(message)
-        channel.send(write_fd, {**reply, "nonce": message.get("nonce")}, blobs)
+        with talking:
+            current["nonce"] = None
+            channel.send(write_fd, {**reply, "nonce": message.get("nonce")}, blobs)
         if reply.get("poisoned"):
             status = 3
             break

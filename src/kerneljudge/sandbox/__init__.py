@@ -6,7 +6,8 @@ Layers set up by the launcher (sandbox/launch.py), each dropped where the system
 
     user     a user namespace: the worker holds no capability and cannot create namespaces of its own
     mount    every file system read-only (the judge's package, site-packages, the store, the caches, home,
-             /tmp) except the worker's own folder and the build cache, bound read-write at their paths
+             /tmp) except the worker's own folder, bound read-write at its path (its extensions are built by
+             the judge, in these layers, with only a staging folder writable: extensions.py)
     dev      a private /dev: null, zero, full, random, urandom, tty and the NVIDIA devices; a private /dev/shm
     pid      a PID namespace with its own /proc: everything the worker starts dies with it
     net      a network namespace: no network, not even loopback
@@ -50,7 +51,7 @@ LAYERS = LAUNCHED + (CGROUP, MEMORY)  # the layers that can be turned off (Worke
 JUDGE_SIDE = ("reaper", "watch", "bytecode", "undumpable")
 DESCRIPTIONS = {
     "user": "user namespace: the worker holds no capability and cannot create namespaces",
-    "mount": "read-only view of every file system but the worker's folder and the build cache",
+    "mount": "read-only view of every file system but the worker's folder (its extensions built by the judge)",
     "dev": "private /dev: no disks or other hardware, NVIDIA devices kept; private /dev/shm",
     "pid": "PID namespace and its own /proc: all the worker starts dies with it; no other process visible",
     "net": "network namespace: no network, not even loopback",

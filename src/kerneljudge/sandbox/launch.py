@@ -209,7 +209,7 @@ def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
     the hidden paths covered (an empty read-only folder over a folder; over anything else /dev/null, on a
     nodev mount, so it does not even open), then
-    the writable folders bound read-write at their own paths (the worker's folder, the build cache)."""
+    the writable folders bound read-write at their own paths (the worker's folder; a build's staging folder)."""
     for point, options in _mounts():
         if _skipped(point) or "ro" in options:
             continue

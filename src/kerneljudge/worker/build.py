@@ -10,6 +10,7 @@ the cache (extensions.py says why). Triton's cache is the worker's own (isolatio
 
 from __future__ import annotations
 
+import base64
 import functools
 import importlib.util
 import inspect
@@ -19,11 +20,12 @@ import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from kerneljudge import extensions, sourcefile
 from kerneljudge.records import Build, Finding
 from kerneljudge.proc.failures import Classified, classify
+from kerneljudge.proc.serve import Ask
 
 
 @dataclass
@@ -58,10 +60,6 @@ def preload_toolchain() -> None:
         pass
 
 
-#: ask(question) -> the judge's answer (proc/serve.py): how a worker's build reaches the judge's builder
-Ask = Callable[[dict[str, Any]], dict[str, Any]]
-
-
 @dataclass
 class JudgeBuilds:
     """torch's load_inline/load as the candidate sees them: each call's arguments go to the judge, which builds
@@ -71,24 +69,27 @@ class JudgeBuilds:
     ask: Ask
     arch: str | None
     clock_ms: Callable[[], float]
-    built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call that built
+    built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call, failed ones too
     waited_ms: float = 0.0  # for another build of the same extension: not this build's time
+    # each name's builds in this process, by what they compile: a name built again from other sources is loaded
+    # as name_v1, name_v2..., as torch's own versioning does (a second module of one name would be the first)
+    versions: dict[str, list[str]] = field(default_factory=dict)
 
     def wrap(self, function):
         @functools.wraps(function)
         def judge_built(*args, **kwargs):
             try:
                 bound = inspect.signature(function).bind(*args, **kwargs)
-                bound.apply_defaults()
-                question = self._question(function.__name__, bound.arguments)
-            except (TypeError, ValueError, OSError):  # a bad call or a missing source file: torch says what is wrong
+            except TypeError:  # a bad call: torch says what is wrong
                 return function(*args, **kwargs)
+            bound.apply_defaults()
+            question = self._question(function.__name__, dict(bound.arguments))
+            name = question["arguments"]["name"]
             answer = self.ask({"build": question})
+            self.built.append((name, str(answer.get("key", "")), bool(answer.get("hit"))))
             if "error" in answer:
                 raise RuntimeError(str(answer["error"]))
             self.waited_ms += float(answer.get("waited_ms") or 0.0)
-            name = bound.arguments["name"]
-            self.built.append((name, str(answer["key"]), bool(answer["hit"])))
             from torch.utils import cpp_extension
 
             if bound.arguments.get("is_standalone"):
@@ -100,16 +101,25 @@ class JudgeBuilds:
         return judge_built
 
     def _question(self, function: str, arguments: dict) -> dict:
-        """The call as data (JSON): `load`'s source files read here, sent as text with the folders they were in."""
+        """The call as data (JSON): include paths made absolute here (where torch would), `load`'s source files
+        read here and sent as bytes with the folders they were in, the name versioned."""
         arguments = {k: v for k, v in arguments.items() if k not in extensions.NOT_COMPILED}
+        if isinstance(arguments.get("extra_include_paths"), (list, tuple)):
+            arguments["extra_include_paths"] = [os.path.abspath(p) for p in arguments["extra_include_paths"]]
         folders: list[str] = []
         if function == "load":
             paths = [arguments["sources"]] if isinstance(arguments["sources"], (str, os.PathLike)) \
                 else list(arguments["sources"])
-            arguments["sources"] = [[Path(p).name, Path(p).read_text()] for p in paths]
+            arguments["sources"] = [[Path(p).name, base64.b64encode(Path(p).read_bytes()).decode()] for p in paths]
             folders = sorted({str(Path(p).resolve().parent) for p in paths})
-        return {"function": function, "arguments": json.loads(json.dumps(arguments, default=str)),
-                "arch": self.arch, "source_folders": folders}
+        arguments = json.loads(json.dumps(arguments, default=str))
+        compiled = json.dumps([function, {k: v for k, v in arguments.items() if k != "name"}, folders], sort_keys=True)
+        builds = self.versions.setdefault(arguments["name"], [])
+        if compiled not in builds:
+            builds.append(compiled)
+        if builds.index(compiled):
+            arguments["name"] = f"{arguments['name']}_v{builds.index(compiled)}"
+        return {"function": function, "arguments": arguments, "arch": self.arch, "source_folders": folders}
 
     def install(self) -> None:
         """Route torch's JIT builds through the judge for the rest of the worker's life (the worker exists for this

@@ -24,6 +24,7 @@ from kerneljudge.proc.inputs import (build_seeded, caller_views, equal_bits, mak
 from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, tie_key, ties
 from kerneljudge.proc.profile import HOLD_CYCLES, output_aliases, spans_overlap, storage_span
 from kerneljudge.proc.rng import CallSeeding
+from kerneljudge.proc.serve import Ask
 from kerneljudge.proc.timed import TimedModel
 from kerneljudge.records import Finding
 from kerneljudge.worker import build, optrace
@@ -59,7 +60,7 @@ class Worker:
     PROGRESS_EVERY_MS = 250.0  # the least time between two throttled progress messages
 
     def __init__(self, guard: Guard, send_progress: Callable[[dict[str, Any]], None] = lambda data: None,
-                 ask: build.Ask = lambda question: {"error": "no judge to ask"}):
+                 ask: Ask = lambda question: {"error": "no judge to ask"}):
         self.guard = guard
         self.send_progress = send_progress
         self.ask = ask  # the judge's answer to a question: its extension builds (worker/build.py)

@@ -1,0 +1,46 @@
+"""level2/51 computed by torch ops, times a factor of three small C++ extensions (pybind11 only: seconds to build)
+that is 1 only where each was built and loaded as torch's own load_inline/load would: one name built twice from
+two sources (the second is name_v1, as torch's versioning names it; its header on an include path relative to
+the folder the candidate changed to), and a `load` of a file in a folder of its own whose header sits beside it,
+under a name the judge's builder once used for a folder of its own (`tmp`)."""
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load, load_inline
+
+_MODULE = """
+#include <pybind11/pybind11.h>
+int kj_value() {{ return {value}; }}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("kj_value", &kj_value); }}
+"""
+
+_first = load_inline(name="kj_same", cpp_sources=[_MODULE.format(value=1)], no_implicit_headers=True)
+
+_folder = Path(tempfile.mkdtemp())
+(_folder / "inc").mkdir()
+(_folder / "kj_value.h").write_text("#define KJ_VALUE 3\n")
+(_folder / "inc" / "kj_relative.h").write_text("#define KJ_RELATIVE 2\n")
+(_folder / "kj_loaded.cpp").write_text('#include "kj_value.h"\n' + _MODULE.format(value="KJ_VALUE"))
+_loaded = load(name="tmp", sources=[str(_folder / "kj_loaded.cpp")])
+os.chdir(_folder)
+_second = load_inline(name="kj_same", cpp_sources=['#include "kj_relative.h"\n' + _MODULE.format(value="KJ_RELATIVE")],
+                      extra_include_paths=["inc"], no_implicit_headers=True)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+        self.subtract = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        factor = (_second.kj_value() - _first.kj_value()) * _loaded.kj_value() / 3
+        original_x = x.clone().detach()
+        x = self.gemm(x) - self.subtract
+        x = torch.mean(x, dim=1, keepdim=True)
+        x = torch.logsumexp(x, dim=1, keepdim=True)
+        x = torch.nn.functional.gelu(x)
+        return (x + original_x) * factor
