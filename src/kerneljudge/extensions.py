@@ -66,25 +66,29 @@ class BuildRefused(ValueError):
 @dataclass(frozen=True)
 class Request:
     """One `load_inline` or `load` call as data: its compiled arguments (JSON; `load`'s `sources` as
-    [file name, base64 content] pairs, `source_folders` where they were) and the target CUDA architecture."""
+    [file name, base64 content] pairs, `source_folders` where they were) and the target CUDA architecture;
+    `source_paths`, the files' paths as the worker named them, only to say them in a compile error."""
 
     function: str
     arguments: dict[str, Any]
     arch: str | None
     source_folders: tuple[str, ...] = ()
+    source_paths: tuple[str, ...] = ()
 
     @classmethod
     def from_wire(cls, data: Any) -> "Request":
         if not isinstance(data, dict) or data.get("function") not in FUNCTIONS:
             raise BuildRefused("not a load_inline or load call")
-        arguments, arch, folders = data.get("arguments"), data.get("arch"), data.get("source_folders") or []
+        arguments, arch = data.get("arguments"), data.get("arch")
+        folders, paths = data.get("source_folders") or [], data.get("source_paths") or []
         if not isinstance(arguments, dict) or not isinstance(arguments.get("name"), str) \
                 or not _NAME.fullmatch(arguments["name"]):
             raise BuildRefused("an extension needs a name that is a Python identifier")
         if arch is not None and not (isinstance(arch, str) and _ARCH.fullmatch(arch)):
             raise BuildRefused("the architecture must be a CUDA architecture list such as 9.0")
-        if not (isinstance(folders, list) and all(isinstance(f, str) and "\0" not in f for f in folders)):
-            raise BuildRefused("source_folders must be a list of paths")
+        if not all(isinstance(given, list) and all(isinstance(f, str) and "\0" not in f for f in given)
+                   for given in (folders, paths)):
+            raise BuildRefused("source_folders and source_paths must be lists of paths")
         if data["function"] == "load":
             sources = arguments.get("sources")
             if not (isinstance(sources, list) and sources and all(
@@ -96,10 +100,12 @@ class Request:
                     base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise BuildRefused("load's sources must come as base64") from exc
-        elif folders:
-            raise BuildRefused("source_folders belong to load's source files")
+            if paths and len(paths) != len(sources):
+                raise BuildRefused("source_paths must name each source file")
+        elif folders or paths:
+            raise BuildRefused("source_folders and source_paths belong to load's source files")
         return cls(data["function"], {k: v for k, v in arguments.items() if k not in NOT_COMPILED}, arch,
-                   tuple(folders))
+                   tuple(folders), tuple(paths))
 
     @property
     def name(self) -> str:
@@ -160,12 +166,20 @@ def build(request: Request, cache_dir: Path, sandboxed: Sandboxed, *, seconds_le
             output = staging / "out" / request.name
             if error is None and not (output.is_dir() and not output.is_symlink()):
                 error = f"Error building extension '{request.name}': the build left no module"
-            if error is not None:  # the compiler's paths as the key's folder (where the build would have been)
-                return {"error": error.replace(str(staging / "out"), str(folder)), "key": key}
+            if error is not None:  # the compiler's paths as the worker knows them, or as the key's folder
+                return {"error": _paths_said(request, error, staging, folder), "key": key}
             _keep_the_module(request.name, output, folder)
         finally:
             _remove(staging)
     return {**built, "hit": False}
+
+
+def _paths_said(request: Request, error: str, staging: Path, folder: Path) -> str:
+    """A compile error with the staging folder's paths as the worker knows them: `load`'s files at the paths it
+    named, the build at the key's folder (where it would have been)."""
+    for (file_name, _), path in zip(request.arguments.get("sources") or [], request.source_paths):
+        error = error.replace(str(staging / "src" / file_name), path)
+    return error.replace(str(staging / "out"), str(folder))
 
 
 def _locked(lock, seconds_left: Callable[[], float], on_wait: Callable[[], None]) -> bool:

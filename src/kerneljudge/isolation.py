@@ -5,14 +5,15 @@ Two roles run the same way: the candidate's worker (`python -m kerneljudge.worke
 memory, call exit or print anything. The worker is a fresh
 `python -m kerneljudge.worker` in its own session (so the judge can kill its whole process group),
 with stdout and stderr captured to a file whose tail is attached to error results and one deadline
-for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever happens, `call` returns the reply
-or raises WorkerFailure carrying a finding that names what happened.
+for its whole life (the worker limits its own address space on CPU runs: see worker/server.py). Whatever
+happens, `call` returns the reply or raises WorkerFailure carrying a finding that names what happened.
 
 The worker runs under the sandbox launcher (kerneljudge/sandbox/): namespaces, a read-only view of the
 files with its own folder writable, limits, pids and memory cgroups, whichever this machine allows (its
-extensions are built by the judge, on its ask, in a sandboxed builder of their own: extensions.py); when it ends the launcher kills every descendant it left, and `close` compares the judge's package
-and the results store with their snapshot (`breaches`). The referee is not sandboxed (it never runs
-candidate code) but keeps its memory out of the worker's reach (PR_SET_DUMPABLE).
+extensions are built by the judge, on its ask, in a sandboxed builder of their own: extensions.py); when it
+ends the launcher kills every descendant it left, and `close` compares the judge's package and the results
+store with their snapshot (`breaches`). The referee is not sandboxed (it never runs candidate code) but keeps
+its memory out of the worker's reach (PR_SET_DUMPABLE).
 
 The worker never outlives the judge: leaving its context on an exception (an interrupt, SIGTERM turned
 into an exception, a judge error) kills its process group at once, and a judge killed outright takes the

@@ -102,16 +102,17 @@ class JudgeBuilds:
 
     def _question(self, function: str, arguments: dict) -> dict:
         """The call as data (JSON): include paths made absolute here (where torch would), `load`'s source files
-        read here and sent as bytes with the folders they were in, the name versioned."""
+        read here and sent as bytes with their paths and folders, the name versioned."""
         arguments = {k: v for k, v in arguments.items() if k not in extensions.NOT_COMPILED}
         if isinstance(arguments.get("extra_include_paths"), (list, tuple)):
             arguments["extra_include_paths"] = [os.path.abspath(p) for p in arguments["extra_include_paths"]]
-        folders: list[str] = []
+        paths: list[str] = []
         if function == "load":
-            paths = [arguments["sources"]] if isinstance(arguments["sources"], (str, os.PathLike)) \
+            files = [arguments["sources"]] if isinstance(arguments["sources"], (str, os.PathLike)) \
                 else list(arguments["sources"])
-            arguments["sources"] = [[Path(p).name, base64.b64encode(Path(p).read_bytes()).decode()] for p in paths]
-            folders = sorted({str(Path(p).resolve().parent) for p in paths})
+            arguments["sources"] = [[Path(f).name, base64.b64encode(Path(f).read_bytes()).decode()] for f in files]
+            paths = [str(Path(f).resolve()) for f in files]
+        folders = sorted({str(Path(path).parent) for path in paths})
         arguments = json.loads(json.dumps(arguments, default=str))
         compiled = json.dumps([function, {k: v for k, v in arguments.items() if k != "name"}, folders], sort_keys=True)
         builds = self.versions.setdefault(arguments["name"], [])
@@ -119,7 +120,8 @@ class JudgeBuilds:
             builds.append(compiled)
         if builds.index(compiled):
             arguments["name"] = f"{arguments['name']}_v{builds.index(compiled)}"
-        return {"function": function, "arguments": arguments, "arch": self.arch, "source_folders": folders}
+        return {"function": function, "arguments": arguments, "arch": self.arch, "source_folders": folders,
+                "source_paths": paths}
 
     def install(self) -> None:
         """Route torch's JIT builds through the judge for the rest of the worker's life (the worker exists for this
@@ -184,7 +186,8 @@ def candidate_constants(path: str, problem_source: str, constants: dict) -> tupl
 
 
 def import_candidate(path: str, sha256: str, kinds: list[str], *, ask: Ask, device: str, arch: str | None,
-                     clock_ms, constants: dict | None = None) -> tuple[types.ModuleType | None, Build, Classified | None]:
+                     clock_ms, constants: dict | None = None
+                     ) -> tuple[types.ModuleType | None, Build, Classified | None]:
     """Import the candidate with its builds made by the judge (`ask`: JudgeBuilds), with `constants` set
     (candidate_constants); the failure, if any, comes back classified."""
     builds = None
