@@ -341,9 +341,11 @@ def _unstarted_worker(cache_dir: Path) -> WorkerProcess:
 
 
 @pytest.mark.parametrize("question", [
-    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "source_folders": 5}},
+    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "source_paths": 5}},
+    {"build": {"function": "load", "arguments": {"name": "kj_l", "sources": [["a.cpp", ""]]}, "headers": 5}},
     {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "arch": "9.0\x00"}},
-    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "source_folders": ["/"]}},
+    {"build": {"function": "load_inline", "arguments": {"name": "kj_k"}, "headers": [["a.h", ""]]}},
+    {"build": {"function": "load", "arguments": {"name": "kj_l", "sources": [["a.h", ""]]}, "headers": [["a.h", ""]]}},
     {"progress": "not a build"},
     "not even a dict",
 ])
@@ -458,6 +460,15 @@ def test_channel_carries_a_message_far_larger_than_the_pipe_buffer(pipe):
 def test_channel_refuses_malformed_blob_sizes(pipe):
     channel._write_all(pipe["w"], channel._HEADER.pack(22) + b'{"_blobs": [-1, "x"]}\n'[:22])
     with pytest.raises(channel.ChannelClosed):
+        channel.receive(pipe["r"], time.monotonic() + 5)
+
+
+@pytest.mark.parametrize("body", [b"\xff not json", b"[" * 100_000], ids=["not-json", "nested-past-the-parser"])
+def test_channel_calls_a_message_that_is_not_json_forged(pipe, body):
+    """Raw bytes a candidate writes on its worker's channel are the worker's tampering, never an exception that
+    ends the judge (and with it a batch)."""
+    channel._write_all(pipe["w"], channel._HEADER.pack(len(body)) + body)
+    with pytest.raises(channel.ChannelForged, match="not JSON"):
         channel.receive(pipe["r"], time.monotonic() + 5)
 
 

@@ -682,6 +682,23 @@ def test_a_worker_s_extension_lands_in_the_build_cache_it_cannot_write(fast, cpp
     assert "mount" not in HERE.active or "mount" in result.sandbox["active"]
 
 
+@needs("mount")
+def test_a_worker_sees_no_other_workers_folder(attack):
+    """Every worker's folder is under one parent, hidden from workers (and from the judge's builders), its own
+    bound back inside: another lane's output, its Triton kernels, a socket there are out of its sight."""
+    from kerneljudge.isolation import workers_folder
+
+    other = Path(tempfile.mkdtemp(prefix="kj-worker-", dir=workers_folder()))
+    try:
+        (other / "output.log").write_text("another candidate's output")
+        result, said = attack("siblings")
+    finally:
+        shutil.rmtree(other)
+    assert result.verdict == "pass", codes(result)
+    own, *seen = said
+    assert own.startswith("kj-worker-") and seen == [own]
+
+
 @pytest.mark.parametrize("layer_on", [True, False], ids=["mount", "without-mount"])
 def test_neither_a_worker_nor_its_compilers_flags_write_the_build_cache(attack, fast, tmp_path, monkeypatch,
                                                                         layer_on):

@@ -92,7 +92,10 @@ def receive(fd: int, deadline: float | None = None, clock=time.monotonic) -> dic
         (length,) = _HEADER.unpack(_read_head(fd, deadline, clock, fds))
         if length > MAX_MESSAGE_BYTES:
             raise ChannelForged(f"message of {length} bytes exceeds the channel limit")
-        message = json.loads(_read_exact(fd, length, deadline, clock))
+        try:
+            message = json.loads(_read_exact(fd, length, deadline, clock))
+        except (ValueError, RecursionError) as exc:  # not JSON, or nested past the parser's depth
+            raise ChannelForged(f"a message that is not JSON ({type(exc).__name__})") from None
         if not isinstance(message, dict):
             raise ChannelForged("a message that is not a JSON object")
         sizes = message.get("_blobs") or []

@@ -18,8 +18,11 @@ and moves it under the key its arguments name; the worker loads it from the read
     locks/build-<key>.lock          one build of a key at a time (staging/ and locks/ are hidden from workers)
 
 A `load` call's source files are read by the worker and sent as bytes (the judge reads nothing a worker
-names: a compile error would quote a file hidden from the worker); the builder compiles copies, with the
-files' folders on the include path for their headers. Headers are not in the key (as in torch's own cache).
+names: a compile error would quote a file hidden from the worker), with the header files beside them; the
+builder compiles copies, side by side in one folder, so that their includes of each other resolve. The
+builder sees no worker's folder (a socket there let a builder hand its worker a descriptor): an include path
+into the worker's folder is not found; other headers (an include path, the candidate's own folder) are read
+where they are, and are not in the key (as in torch's own cache).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import platform
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -66,13 +70,14 @@ class BuildRefused(ValueError):
 @dataclass(frozen=True)
 class Request:
     """One `load_inline` or `load` call as data: its compiled arguments (JSON; `load`'s `sources` as
-    [file name, base64 content] pairs, `source_folders` where they were) and the target CUDA architecture;
-    `source_paths`, the files' paths as the worker named them, only to say them in a compile error."""
+    [file name, base64 content] pairs, `headers` the header files beside them alike) and the target CUDA
+    architecture; `source_paths`, the files' paths as the worker named them, only to say them in a compile
+    error."""
 
     function: str
     arguments: dict[str, Any]
     arch: str | None
-    source_folders: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
     source_paths: tuple[str, ...] = ()
 
     @classmethod
@@ -80,39 +85,49 @@ class Request:
         if not isinstance(data, dict) or data.get("function") not in FUNCTIONS:
             raise BuildRefused("not a load_inline or load call")
         arguments, arch = data.get("arguments"), data.get("arch")
-        folders, paths = data.get("source_folders") or [], data.get("source_paths") or []
+        headers, paths = data.get("headers") or [], data.get("source_paths") or []
         if not isinstance(arguments, dict) or not isinstance(arguments.get("name"), str) \
                 or not _NAME.fullmatch(arguments["name"]):
             raise BuildRefused("an extension needs a name that is a Python identifier")
         if arch is not None and not (isinstance(arch, str) and _ARCH.fullmatch(arch)):
             raise BuildRefused("the architecture must be a CUDA architecture list such as 9.0")
-        if not all(isinstance(given, list) and all(isinstance(f, str) and "\0" not in f for f in given)
-                   for given in (folders, paths)):
-            raise BuildRefused("source_folders and source_paths must be lists of paths")
+        if not (isinstance(paths, list) and all(isinstance(f, str) and "\0" not in f for f in paths)):
+            raise BuildRefused("source_paths must be a list of paths")
         if data["function"] == "load":
             sources = arguments.get("sources")
-            if not (isinstance(sources, list) and sources and all(
-                    isinstance(s, list) and len(s) == 2 and all(isinstance(part, str) for part in s)
-                    and Path(s[0]).name == s[0] and s[0] not in (".", "..") and "\0" not in s[0] for s in sources)):
-                raise BuildRefused("load's sources must be [file name, content] pairs of plain file names")
-            try:
-                for _, content in sources:
-                    base64.b64decode(content, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise BuildRefused("load's sources must come as base64") from exc
+            if not (isinstance(sources, list) and sources and _files(sources) and _files(headers)):
+                raise BuildRefused("load's sources and headers must be [file name, base64 content] pairs of plain "
+                                   "file names")
+            if len({name for name, _ in sources + headers}) != len(sources) + len(headers):
+                raise BuildRefused("load's sources and headers must have distinct file names")
             if paths and len(paths) != len(sources):
                 raise BuildRefused("source_paths must name each source file")
-        elif folders or paths:
-            raise BuildRefused("source_folders and source_paths belong to load's source files")
+        elif headers or paths:
+            raise BuildRefused("headers and source_paths belong to load's source files")
         return cls(data["function"], {k: v for k, v in arguments.items() if k not in NOT_COMPILED}, arch,
-                   tuple(folders), tuple(paths))
+                   tuple((name, content) for name, content in headers), tuple(paths))
 
     @property
     def name(self) -> str:
         return self.arguments["name"]
 
     def key(self) -> str:
-        return cache.key(KEY_VERSION, self.function, self.arguments, self.source_folders, toolchain(self.arch))
+        return cache.key(KEY_VERSION, self.function, self.arguments, self.headers, toolchain(self.arch))
+
+
+def _files(files: Any) -> bool:
+    """[file name, base64 content] pairs of plain file names (no folder, nothing hidden in the name)."""
+    if not isinstance(files, list):
+        return False
+    for entry in files:
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)
+                and Path(entry[0]).name == entry[0] and entry[0] not in (".", "..") and "\0" not in entry[0]):
+            return False
+        try:
+            base64.b64decode(entry[1], validate=True)
+        except (binascii.Error, ValueError):
+            return False
+    return True
 
 
 @functools.cache
@@ -169,8 +184,8 @@ def build(request: Request, cache_dir: Path, sandboxed: Sandboxed, *, seconds_le
             if error is not None:  # the compiler's paths as the worker knows them, or as the key's folder
                 return {"error": _paths_said(request, error, staging, folder), "key": key}
             _keep_the_module(request.name, output, folder)
-        finally:
-            _remove(staging)
+        finally:  # links not followed; a folder its builder made unremovable is left, hidden from workers
+            shutil.rmtree(staging, ignore_errors=True)
     return {**built, "hit": False}
 
 
@@ -199,33 +214,32 @@ def _locked(lock, seconds_left: Callable[[], float], on_wait: Callable[[], None]
 
 
 def _keep_the_module(name: str, output: Path, folder: Path) -> None:
-    """The built module alone (no sources or objects: no later worker reads them) copied as plain files from
-    the builder's folder (whose files the builder made, with whatever modes) into the key's folder, then the
-    marker."""
-    kept = [path for path in output.iterdir() if path.name in (name, name + ".so") and path.is_file()
-            and not path.is_symlink()]
-    if not kept:
-        raise OSError(f"the build of {name} left no module file")
+    """The built module alone (no sources or objects: no later worker reads them) copied into the key's folder,
+    then the marker. The builder's folder is hostile until removed (a process given a descriptor of it could
+    swap a file for a link to one hidden from workers between a check and a copy): the module is opened
+    through descriptors that follow no link, checked as a regular file and read from that descriptor."""
     destination = folder / name
-    _remove(destination)  # an earlier build that did not finish
+    shutil.rmtree(destination, ignore_errors=True)  # an earlier build that did not finish
     destination.mkdir(parents=True)
-    for path in kept:
-        shutil.copyfile(path, destination / path.name)
-        os.chmod(destination / path.name, 0o755)
+    copied = 0
+    parent = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for file_name in (name + ".so", name):
+            try:
+                fd = os.open(file_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as module:
+                if stat.S_ISREG(os.fstat(module.fileno()).st_mode):
+                    with open(destination / file_name, "wb") as kept:
+                        shutil.copyfileobj(module, kept)
+                    os.chmod(destination / file_name, 0o755)
+                    copied += 1
+    finally:
+        os.close(parent)
+    if not copied:
+        raise OSError(f"the build of {name} left no module file")
     (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-
-
-def _remove(path: Path) -> None:
-    """Remove a folder whatever modes its builder left on its folders (one made unreadable or unwritable):
-    each made the judge's own first (top down, so each is opened after its mode is set)."""
-    if not path.exists():
-        return
-    os.chmod(path, 0o700)
-    for root, folders, _ in os.walk(path):
-        for name in folders:
-            if not os.path.islink(os.path.join(root, name)):
-                os.chmod(os.path.join(root, name), 0o700)
-    shutil.rmtree(path)
 
 
 def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sandboxed) -> str | None:
@@ -237,7 +251,7 @@ def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sand
     if request.arch:
         env["TORCH_CUDA_ARCH_LIST"] = request.arch
     order = {"function": request.function, "arguments": request.arguments, "folder": str(staging),
-             "source_folders": list(request.source_folders)}
+             "headers": [list(header) for header in request.headers]}
     command = sandboxed([sys.executable, "-m", "kerneljudge.extensions"], staging, seconds)
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=output, stderr=output, env=env,
@@ -296,10 +310,9 @@ def main() -> None:
                      verbose=False)
     Path(arguments["build_directory"]).mkdir()
     if order["function"] == "load":
-        for file_name, content in arguments["sources"]:
+        for file_name, content in [*arguments["sources"], *order["headers"]]:
             (folder / "src" / file_name).write_bytes(base64.b64decode(content))
         arguments["sources"] = [str(folder / "src" / file_name) for file_name, _ in arguments["sources"]]
-        arguments["extra_include_paths"] = [*(arguments.get("extra_include_paths") or []), *order["source_folders"]]
     try:
         from torch.utils import cpp_extension
 

@@ -95,6 +95,13 @@ class Frozen:
     ran: list[int] = field(default_factory=list)
 
 
+def workers_folder() -> Path:
+    """The parent of every worker's folder, this user's: hidden from workers and builders (`_private`)."""
+    folder = Path(tempfile.gettempdir()) / f"kj-workers-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
 class WorkerProcess:
     """One worker. Use as a context manager; `call(op, ...)` sends a request and waits for the reply."""
 
@@ -141,7 +148,7 @@ class WorkerProcess:
 
     def start(self) -> None:
         judgeimports.load()  # before any candidate code runs: the judge imports nothing after it
-        self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix="kj-worker-", dir=workers_folder()))
         self.log_path = self.workdir / "output.log"
         # read back through this descriptor alone: the path is in the worker's own folder, where a candidate swapped
         # the file for a link to a path hidden from it (the judge read the results store into the result's output
@@ -203,14 +210,11 @@ class WorkerProcess:
         # (a key of Triton's own source, the same for every candidate), and a later worker's Triton loaded it
         env.update(TMPDIR=str(self.workdir), CUDA_CACHE_PATH=str(self.workdir / "nv-cache"),
                    TRITON_CACHE_DIR=str(self.workdir / "triton"))
-        # the judge's locks (a worker holding one would stall every build of its key, or a device's timing) and its
-        # builds in progress hidden too (extensions.py)
-        private = [self._cache_dir() / "locks", self._cache_dir() / "staging"]
-        for folder in (*options.writable, *private):
+        for folder in options.writable:
             Path(folder).mkdir(parents=True, exist_ok=True)
         return sandbox.launch_command(
             command, layers=self.sandbox.active, writable=writable,
-            hidden=[*options.hidden, *private], cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
+            hidden=[*options.hidden, *self._private()], cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
                 options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
 
     @contextmanager
@@ -367,11 +371,22 @@ class WorkerProcess:
         limits = sandbox.limits(seconds, min(options.max_file_mb, extensions.BUILDER_FILE_MB), options.max_processes,
                                 options.max_open_files)
         return with_parent(sandbox.launch_command(
-            command, layers=self.sandbox.active, writable=[staging], hidden=options.hidden, cgroup=self.cgroup,
+            command, layers=self.sandbox.active, writable=[staging], hidden=[*options.hidden, *self._private()],
+            cgroup=self.cgroup,
             niceness=options.niceness, limits=limits), os.getpid())
 
     def _cache_dir(self) -> Path:
         return self.options.cache_dir or default_cache_dir()
+
+    def _private(self) -> list[Path]:
+        """What neither a worker nor a builder sees (each sees its own folder alone inside them): every worker's
+        folder (another lane's output, its Triton kernels; a socket there let a builder hand its worker a
+        descriptor), the judge's locks (one held would stall every build of its key, or a device's timing) and
+        its builds in progress (extensions.py)."""
+        private = [workers_folder(), self._cache_dir() / "locks", self._cache_dir() / "staging"]
+        for folder in private:
+            folder.mkdir(parents=True, exist_ok=True)
+        return private
 
     @property
     def role(self) -> str:

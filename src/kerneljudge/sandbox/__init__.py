@@ -128,17 +128,21 @@ def detect(off: tuple[str, ...] = ()) -> Layers:
 
 def _probe(layers: list[str], folder: str, group: "Cgroup | None") -> tuple[str | None, str]:
     """Start the launcher with `layers` (joining `group`'s cgroups for the cgroup layers among them) and a
-    trivial command: (None, "") when it ran, else the layer it names as failing and why."""
+    trivial command, its writable folder inside a hidden one (as a worker's is among every worker's): (None, "")
+    when it ran, else the layer it names as failing and why."""
     check = ("import os, sys, socket; f = sys.argv[1]; open(os.path.join(f, 'w'), 'w').write('ok'); "
              "ro = os.access('/usr', os.W_OK) and 'mount' in sys.argv[2]; sys.exit(3 if ro else 0)")
-    command = with_parent(launch_command([sys.executable, "-S", "-c", check, folder, ",".join(layers)], layers=layers,
-                                         writable=[folder], limits=_probe_limits(), cgroup=group), os.getpid())
+    inner = os.path.join(folder, "inner")
+    os.makedirs(inner, exist_ok=True)
+    command = with_parent(launch_command([sys.executable, "-S", "-c", check, inner, ",".join(layers)], layers=layers,
+                                         writable=[inner], hidden=[folder], limits=_probe_limits(), cgroup=group),
+                          os.getpid())
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               env=launcher_env(dict(os.environ)), cwd=folder)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "launcher", f"the launcher could not run: {exc}"
-    if done.returncode == 0 and Path(folder, "w").exists():
+    if done.returncode == 0 and Path(inner, "w").exists():
         return None, ""
     for line in done.stderr.splitlines():
         if line.startswith("{") and "sandbox_layer_failed" in line:
@@ -146,7 +150,7 @@ def _probe(layers: list[str], folder: str, group: "Cgroup | None") -> tuple[str 
             return report["sandbox_layer_failed"], report["reason"]
     if done.returncode == 3:
         return "mount", "the read-only view did not hold"
-    if "mount" in layers and not Path(folder, "w").exists():
+    if "mount" in layers and not Path(inner, "w").exists():
         return "mount", "the worker's folder was not writable in the view"
     return "launcher", f"the launcher exited with {done.returncode}: {done.stderr.strip()[-300:]}"
 

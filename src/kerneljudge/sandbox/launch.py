@@ -209,7 +209,9 @@ def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     """Every mount read-only (the installed package, site-packages, the store, the caches, home, /tmp),
     the hidden paths covered (an empty read-only folder over a folder; over anything else /dev/null, on a
     nodev mount, so it does not even open), then
-    the writable folders bound read-write at their own paths (the worker's folder; a build's staging folder)."""
+    the writable folders bound read-write at their own paths (the worker's folder; a build's staging folder).
+    A writable folder inside a hidden one (the worker's own among every worker's folders, a build's among the
+    builds in progress) is held open across the cover and bound back at its path inside it."""
     for point, options in _mounts():
         if _skipped(point) or "ro" in options:
             continue
@@ -220,8 +222,14 @@ def _read_only_view(writable: list[str], hidden: list[str]) -> None:
     for point, _ in _mounts():
         if not _skipped(point) and not _read_only(point):
             raise OSError(f"{point} stayed writable")
-    for path in hidden:
-        _cover(path)
+    kept = {folder: os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for folder in writable
+            if os.path.isdir(folder) and any(_inside_of(folder, path) for path in hidden)}
+    try:
+        for path in hidden:
+            _cover(path, {folder: fd for folder, fd in kept.items() if _inside_of(folder, path)})
+    finally:
+        for fd in kept.values():
+            os.close(fd)
     for folder in writable:
         if os.path.isdir(folder):
             _bound_at_itself(folder)
@@ -235,11 +243,21 @@ def _bound_at_itself(path: str, flags: int = 0) -> None:
     linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | flags | _flags(options))
 
 
-def _cover(path: str) -> None:
+def _inside_of(folder: str, path: str) -> bool:
+    return os.path.realpath(folder).startswith(os.path.realpath(path).rstrip("/") + "/")
+
+
+def _cover(path: str, kept: dict[str, int]) -> None:
     """Put an empty read-only folder, or /dev/null (read-only, nodev: it does not open), over `path` (when it
-    exists)."""
+    exists); the `kept` folders inside it (held open: path -> descriptor) bound back at their paths there."""
     read_only = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-    if os.path.isdir(path):
+    if os.path.isdir(path) and kept:
+        linux.mount("tmpfs", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "size=64k,mode=0755")
+        for folder, fd in kept.items():
+            os.makedirs(folder, exist_ok=True)
+            linux.mount(f"/proc/self/fd/{fd}", folder, None, linux.MS_BIND | linux.MS_REC)
+        linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | read_only)
+    elif os.path.isdir(path):
         linux.mount("tmpfs", path, "tmpfs", read_only, "size=4k,mode=0555")
     elif os.path.lexists(path):
         linux.mount("/dev/null", path, None, linux.MS_BIND)

@@ -102,25 +102,27 @@ class JudgeBuilds:
 
     def _question(self, function: str, arguments: dict) -> dict:
         """The call as data (JSON): include paths made absolute here (where torch would), `load`'s source files
-        read here and sent as bytes with their paths and folders, the name versioned."""
+        read here and sent as bytes with their paths and the headers beside them (the builder sees no worker's
+        folder), the name versioned."""
         arguments = {k: v for k, v in arguments.items() if k not in extensions.NOT_COMPILED}
         if isinstance(arguments.get("extra_include_paths"), (list, tuple)):
             arguments["extra_include_paths"] = [os.path.abspath(p) for p in arguments["extra_include_paths"]]
         paths: list[str] = []
+        headers: list[list[str]] = []
         if function == "load":
             files = [arguments["sources"]] if isinstance(arguments["sources"], (str, os.PathLike)) \
                 else list(arguments["sources"])
-            arguments["sources"] = [[Path(f).name, base64.b64encode(Path(f).read_bytes()).decode()] for f in files]
+            arguments["sources"] = [[Path(f).name, _base64(Path(f))] for f in files]
             paths = [str(Path(f).resolve()) for f in files]
-        folders = sorted({str(Path(path).parent) for path in paths})
+            headers = _headers_beside(paths)
         arguments = json.loads(json.dumps(arguments, default=str))
-        compiled = json.dumps([function, {k: v for k, v in arguments.items() if k != "name"}, folders], sort_keys=True)
+        compiled = json.dumps([function, {k: v for k, v in arguments.items() if k != "name"}, headers], sort_keys=True)
         builds = self.versions.setdefault(arguments["name"], [])
         if compiled not in builds:
             builds.append(compiled)
         if builds.index(compiled):
             arguments["name"] = f"{arguments['name']}_v{builds.index(compiled)}"
-        return {"function": function, "arguments": arguments, "arch": self.arch, "source_folders": folders,
+        return {"function": function, "arguments": arguments, "arch": self.arch, "headers": headers,
                 "source_paths": paths}
 
     def install(self) -> None:
@@ -137,6 +139,28 @@ class JudgeBuilds:
             return Build(elapsed_ms, "none", None)
         return Build(elapsed_ms - self.waited_ms, "hit" if all(hit for _, _, hit in self.built) else "miss",
                      ",".join(key for _, key, _ in self.built), tuple(sorted({name for name, _, _ in self.built})))
+
+
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl")
+MOST_HEADERS, LARGEST_HEADER_BYTES = 64, 4 << 20
+
+
+def _base64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def _headers_beside(sources: list[str]) -> list[list[str]]:
+    """The header files in the folders of `load`'s sources (plain files, the first of a name, a bounded few),
+    as [file name, base64 content]: the sources' own includes, sent with them."""
+    names = {Path(source).name for source in sources}
+    headers = []
+    for folder in dict.fromkeys(Path(source).parent for source in sources):
+        for path in sorted(folder.iterdir()):
+            if len(headers) < MOST_HEADERS and path.suffix in HEADER_SUFFIXES and path.name not in names \
+                    and path.is_file() and not path.is_symlink() and path.stat().st_size <= LARGEST_HEADER_BYTES:
+                names.add(path.name)
+                headers.append([path.name, _base64(path)])
+    return headers
 
 
 def import_problem(path: str, source: str, constants: dict) -> types.ModuleType:

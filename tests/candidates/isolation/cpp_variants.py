@@ -1,8 +1,9 @@
 """level2/51 computed by torch ops, times a factor of three small C++ extensions (pybind11 only: seconds to build)
 that is 1 only where each was built and loaded as torch's own load_inline/load would: one name built twice from
 two sources (the second is name_v1, as torch's versioning names it; its header on an include path relative to
-the folder the candidate changed to), and a `load` of a file in a folder of its own whose header sits beside it,
-under a name the judge's builder once used for a folder of its own (`tmp`)."""
+the folder the candidate changed to, its own: include/), and a `load` of a file written into a temporary folder
+whose header sits beside it (sent with it: the builder sees no worker's folder), under a name the judge's
+builder once used for a folder of its own (`tmp`)."""
 import os
 import tempfile
 from pathlib import Path
@@ -20,14 +21,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("kj_value", &kj_value); }}
 _first = load_inline(name="kj_same", cpp_sources=[_MODULE.format(value=1)], no_implicit_headers=True)
 
 _folder = Path(tempfile.mkdtemp())
-(_folder / "inc").mkdir()
 (_folder / "kj_value.h").write_text("#define KJ_VALUE 3\n")
-(_folder / "inc" / "kj_relative.h").write_text("#define KJ_RELATIVE 2\n")
 (_folder / "kj_loaded.cpp").write_text('#include "kj_value.h"\n' + _MODULE.format(value="KJ_VALUE"))
 _loaded = load(name="tmp", sources=[str(_folder / "kj_loaded.cpp")])
-os.chdir(_folder)
+os.chdir(Path(__file__).parent)
 _second = load_inline(name="kj_same", cpp_sources=['#include "kj_relative.h"\n' + _MODULE.format(value="KJ_RELATIVE")],
-                      extra_include_paths=["inc"], no_implicit_headers=True)
+                      extra_include_paths=["include"], no_implicit_headers=True)
 
 
 class ModelNew(nn.Module):

@@ -28,6 +28,8 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              there
     sysv     a System V shared memory segment made at key $KJ_TEST_SHM_KEY and left behind: a channel to a later
              worker (another candidate's) that no file or mount rule sees
+    siblings the folders beside its own ($TMPDIR's parent holds every worker's): its own folder's name, then
+             each name it sees there
     builds   a file written into the build cache ($KJ_TEST_CACHE/builds), where a later worker would load it as
              another candidate's extension, then an extension built with a compiler `-wrapper` that writes
              there too (the judge's builder runs the candidate's flags): the worker's write, "built" and the
@@ -208,7 +210,12 @@ def triton_cache() -> str:
     return f"{'found' if found else 'fresh'} {outcome}"
 
 
-ATTACKS = {"builds": build_cache, "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+def siblings() -> str:
+    own = Path(os.environ["TMPDIR"])
+    return "\n".join([own.name, *sorted(path.name for path in own.parent.iterdir())])
+
+
+ATTACKS = {"siblings": siblings, "builds": build_cache, "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
            "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 

@@ -1,0 +1,1 @@
+#define KJ_RELATIVE 2
