@@ -282,8 +282,7 @@ def test_the_build_key_is_what_load_inline_and_load_compile(tmp_path):
 
     def key(function=load_inline, *positional, arch=None, **kwargs):
         asked = []
-        builds = JudgeBuilds(lambda question: asked.append(question) or {"error": "not built here"}, arch,
-                             time.monotonic)
+        builds = JudgeBuilds(lambda question: asked.append(question) or {"error": "not built here"}, arch)
         with pytest.raises(RuntimeError, match="not built here"):
             builds.wrap(function)(*positional, **kwargs)
         return Request.from_wire(asked[0]["build"]).key()
@@ -381,9 +380,34 @@ def test_the_builders_output_is_read_head_and_tail_and_its_time_is_bounded(tmp_p
     assert len(error) < extensions.ERROR_HEAD_CHARS + extensions.ERROR_TAIL_CHARS + 200
     (tmp_path / "b").mkdir()
     started = time.monotonic()
+    child = tmp_path / "child.pid"  # a compiler the builder started (outside the sandbox's PID namespace here)
     error = extensions.run_builder(request, tmp_path / "b", 1, lambda command, staging, seconds: [
-        sys.executable, "-c", "import time; time.sleep(60)"])
+        sys.executable, "-c", f"import subprocess, time; open({str(child)!r}, 'w').write(str(subprocess.Popen("
+        f"['sleep', '60']).pid)); time.sleep(60)"])
     assert "ran past the 1 s left" in error and time.monotonic() - started < 30
+    pid = int(child.read_text())
+    for _ in range(100):  # SIGKILL sent: gone (or a zombie) within a few scans
+        if not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the builder's child {pid} outlived it")
+
+
+def test_a_link_the_builder_leaves_on_the_way_to_its_module_is_not_followed(tmp_path):
+    """The builder can write its staging folder: a link at out/ to a folder hidden from workers, holding a file
+    where the module would be, must not be copied into the cache (a final review's trial)."""
+    from kerneljudge import extensions
+
+    hidden = tmp_path / "hidden"
+    (hidden / "kj_k").mkdir(parents=True)
+    (hidden / "kj_k" / "kj_k.so").write_text("the results store")
+    swap = f"import os; os.rmdir('../out'); os.symlink({str(hidden)!r}, '../out')"
+    request = extensions.Request.from_wire({"function": "load_inline", "arguments": {"name": "kj_k"}})
+    answer = extensions.build(request, tmp_path / "cache", lambda command, staging, seconds: [
+        sys.executable, "-c", swap], seconds_left=lambda: 60)
+    assert "left no module" in answer["error"]
+    assert not (tmp_path / "cache" / "builds" / answer["key"]).exists()
 
 
 def test_cache_info_clear_and_the_environment_variable(built, tmp_path):
@@ -470,6 +494,17 @@ def test_channel_calls_a_message_that_is_not_json_forged(pipe, body):
     channel._write_all(pipe["w"], channel._HEADER.pack(len(body)) + body)
     with pytest.raises(channel.ChannelForged, match="not JSON"):
         channel.receive(pipe["r"], time.monotonic() + 5)
+
+
+def test_channel_send_to_a_reader_that_reads_nothing_ends_at_its_deadline(pipe):
+    """The judge's side is non-blocking: a worker that stops reading (a red team's flood of questions whose
+    answers it never read held the judge in a write for ever) meets the worker's deadline instead."""
+    os.set_blocking(pipe["w"], False)
+    started = time.monotonic()
+    with pytest.raises(channel.ChannelTimeout):
+        for _ in range(1000):  # far past any pipe's or socket's buffer
+            channel.send(pipe["w"], {"answer": {"error": "x" * 10_000}}, (), time.monotonic() + 0.5)
+    assert time.monotonic() - started < 30
 
 
 def test_channel_nonfinite_floats_and_odd_values_cross_as_data(pipe):

@@ -4,6 +4,7 @@ One folder (Options.cache_dir: --cache-dir, else $KERNELJUDGE_CACHE_DIR, else ~/
 
     builds/<key>/<name>/  one extension per folder, keyed on what load_inline/load compiles, written by the judge's
                        builder alone (extensions.py)
+    staging/<random>/  a build in progress (left behind where a build's folder could not be removed)
     triton/            Triton's kernel cache, shared by earlier versions (cleared with the rest): each worker now
                        has its own, in its folder (isolation.py says why)
     baselines/<key>.json  the reference's torch.compile timing per problem, sizes, device, versions, stop rule
@@ -24,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("builds", "triton", "baselines", "bandwidth", "problemlint")
+SECTIONS = ("builds", "staging", "triton", "baselines", "bandwidth", "problemlint")
 
 
 def key(*parts: Any) -> str:

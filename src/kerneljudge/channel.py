@@ -47,9 +47,11 @@ def pair() -> tuple[int, int]:
     return a.detach(), b.detach()
 
 
-def send(fd: int, message: dict[str, Any], blobs: list[Blob] | tuple[Blob, ...] = ()) -> None:
+def send(fd: int, message: dict[str, Any], blobs: list[Blob] | tuple[Blob, ...] = (), deadline: float | None = None,
+         clock=time.monotonic) -> None:
     """Write one message; `blobs` follow it: raw bytes (their lengths in the message's `_blobs`), or sealed
-    memory files passed as descriptors beside it (`{"sealed": size}` there) where `fd` is a socket."""
+    memory files passed as descriptors beside it (`{"sealed": size}` there) where `fd` is a socket. On a
+    non-blocking `fd`, ChannelTimeout once `deadline` passes with the message not all written (_write_all)."""
     passing = sealed.AVAILABLE and any(isinstance(b, sealed.SealedBlob) for b in blobs) and _is_socket(fd)
     fds: list[int] = []
     described: list[int | dict[str, int]] = []
@@ -65,22 +67,41 @@ def send(fd: int, message: dict[str, Any], blobs: list[Blob] | tuple[Blob, ...] 
     head = _HEADER.pack(len(data)) + data
     if fds:
         with socket.socket(fileno=os.dup(fd)) as sock:
-            sent = socket.send_fds(sock, [head], fds)
+            while True:
+                try:
+                    sent = socket.send_fds(sock, [head], fds)
+                    break
+                except BlockingIOError:
+                    _wait_for_room(fd, deadline, clock)
         head = head[sent:]
-    _write_all(fd, head)
+    _write_all(fd, head, deadline, clock)
     for blob in inline:
-        _write_all(fd, blob)
+        _write_all(fd, blob, deadline, clock)
 
 
 def _is_socket(fd: int) -> bool:
     return stat.S_ISSOCK(os.fstat(fd).st_mode)
 
 
-def _write_all(fd: int, payload) -> None:
+def _write_all(fd: int, payload, deadline: float | None = None, clock=time.monotonic) -> None:
+    """Write all of `payload`; on a non-blocking `fd` (the judge's side of a channel), waiting for room only
+    until `deadline`: a process that stops reading (a candidate flooding questions and reading no answer)
+    raises ChannelTimeout, not a judge blocked for ever."""
     view = memoryview(payload).cast("B")
     while view:
-        written = os.write(fd, view)
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            _wait_for_room(fd, deadline, clock)
+            continue
         view = view[written:]
+
+
+def _wait_for_room(fd: int, deadline: float | None, clock) -> None:
+    left = None if deadline is None else deadline - clock()
+    if left is not None and left <= 0:
+        raise ChannelTimeout("the other end read nothing before the deadline")
+    select.select([], [fd], [], left)
 
 
 def receive(fd: int, deadline: float | None = None, clock=time.monotonic) -> dict[str, Any]:

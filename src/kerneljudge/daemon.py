@@ -160,12 +160,24 @@ def _require_private(folder: Path, error: type[KernelJudgeError]) -> None:
 
 def _same_user(connection: socket.socket) -> bool:
     """The process at the other end runs as this user (Linux reports it; elsewhere the folder's
-    permissions are the guard)."""
+    permissions are the guard) and in this server's own mount and PID namespaces: a sandboxed worker (a
+    candidate's code) is refused, whatever path reached the socket (a red team's worker started before the
+    server, the socket made after the worker's view hid its path, and had the server judge a file with every
+    sandbox layer off)."""
     if not hasattr(socket, "SO_PEERCRED"):
         return True
     credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", credentials)
-    return uid == os.getuid()
+    pid, uid, _gid = struct.unpack("3i", credentials)
+    return uid == os.getuid() and same_namespaces(pid)
+
+
+def same_namespaces(pid: int) -> bool:
+    """Process `pid` shares this one's mount and PID namespaces (False where that cannot be read)."""
+    try:
+        return all(os.readlink(f"/proc/{pid}/ns/{name}") == os.readlink(f"/proc/self/ns/{name}")
+                   for name in ("mnt", "pid"))
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------------------------- server
@@ -219,7 +231,7 @@ def _answer(connection: socket.socket, state: dict[str, Any], pool: WorkerPool, 
     """Read one request, send one reply (an evaluation: "accepted" first). Nothing a client sends, and
     no fault of the judge, stops the server; a client that left loses only its own answer."""
     if not _same_user(connection):
-        log("refused a connection from another user")
+        log("refused a connection from another user, or from a sandboxed process")
         return
     try:
         request = channel.receive(connection.fileno(), time.monotonic() + REQUEST_WAIT_S)

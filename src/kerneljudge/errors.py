@@ -40,3 +40,8 @@ class CandidateError(KernelJudgeError):
 
 class StoreError(KernelJudgeError):
     """The results store cannot be opened or does not hold what was asked for."""
+
+
+class SetupError(KernelJudgeError):
+    """This machine is not as the judge needs it (a folder it makes is someone else's): nothing can be judged
+    until the user fixes it."""

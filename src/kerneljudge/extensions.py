@@ -1,28 +1,29 @@
 """The build cache's one writer: the candidate's `load_inline`/`load` extensions compiled from their arguments
-by the judge, in a sandboxed builder process, so that no worker can write the cache.
+by the judge, in a sandboxed builder process, so that no worker can write the cache (with the sandbox's
+`mount` layer: without it every process of the user's can).
 
 Why: the worker imports the candidate, whose code runs there. When workers built into the shared `builds/`
 themselves, a red-team worker could leave a compiled module under the key of a source another candidate
 builds, and every later worker building that source would load the plant (README, the sandbox's `mount`
-row). Now the cache is read-only to workers. A worker's `load_inline` sends its arguments to the judge
-(an `ask` on the worker's channel, worker/build.py); the judge keys them with this machine's toolchain and,
-when the key is not built yet, runs `python -m kerneljudge.extensions` in the worker's sandbox layers and
-cgroups with a fresh staging folder as the only writable place. The builder runs no candidate Python, but
-the compiler runs the candidate's flags (`-wrapper` runs any program; torch writes them unescaped into the
-shell line ninja runs) and torch imports the built module (its static constructors run): the staging
-folder is all either can write. The judge keeps the module alone (no sources: a later worker reads none)
-and moves it under the key its arguments name; the worker loads it from the read-only cache.
+row). Now a worker's `load_inline` sends its arguments to the judge (an `ask` on the worker's channel,
+worker/build.py); the judge keys them with this machine's toolchain and, when the key is not built yet,
+runs `python -m kerneljudge.extensions` in the worker's sandbox layers and cgroups with a fresh staging
+folder as the only writable place. The builder runs no candidate Python, but the compiler runs the
+candidate's flags (`-wrapper` runs any program; torch writes them unescaped into the shell line ninja runs)
+and torch imports the built module (its static constructors run): the staging folder is all either can
+write, and no worker's folder, lock or other build is in its view. The judge copies the module alone (no
+sources: a later worker reads none) under the key its arguments name; the worker loads it from the cache.
 
-    builds/<key>/<name>/<name>.so   one extension, with `kj.complete` beside <name>/ once the judge moved it in
+    builds/<key>/<name>/<name>.so   one extension (<name> alone for `load(is_standalone=True)`), with
+                                    `kj.complete` beside <name>/ once the judge copied it in
     staging/<random>/               a build in progress: out/<name>/ (the build), src/ (`load`'s files), tmp/
     locks/build-<key>.lock          one build of a key at a time (staging/ and locks/ are hidden from workers)
 
 A `load` call's source files are read by the worker and sent as bytes (the judge reads nothing a worker
 names: a compile error would quote a file hidden from the worker), with the header files beside them; the
-builder compiles copies, side by side in one folder, so that their includes of each other resolve. The
-builder sees no worker's folder (a socket there let a builder hand its worker a descriptor): an include path
-into the worker's folder is not found; other headers (an include path, the candidate's own folder) are read
-where they are, and are not in the key (as in torch's own cache).
+builder compiles copies side by side in one folder, with the sources' own folders on the include path for
+what it can see there (not a worker's folder). Other headers are read where they are and are not in the key
+(as in torch's own cache).
 """
 
 from __future__ import annotations
@@ -178,12 +179,10 @@ def build(request: Request, cache_dir: Path, sandboxed: Sandboxed, *, seconds_le
         staging = Path(tempfile.mkdtemp(dir=cache_dir / "staging"))
         try:
             error = run_builder(request, staging, seconds_left(), sandboxed)
-            output = staging / "out" / request.name
-            if error is None and not (output.is_dir() and not output.is_symlink()):
-                error = f"Error building extension '{request.name}': the build left no module"
             if error is not None:  # the compiler's paths as the worker knows them, or as the key's folder
                 return {"error": _paths_said(request, error, staging, folder), "key": key}
-            _keep_the_module(request.name, output, folder)
+            if not _keep_the_module(request.name, staging, folder):
+                return {"error": f"Error building extension '{request.name}': the build left no module", "key": key}
         finally:  # links not followed; a folder its builder made unremovable is left, hidden from workers
             shutil.rmtree(staging, ignore_errors=True)
     return {**built, "hit": False}
@@ -213,33 +212,44 @@ def _locked(lock, seconds_left: Callable[[], float], on_wait: Callable[[], None]
             time.sleep(LOCK_POLL_S)
 
 
-def _keep_the_module(name: str, output: Path, folder: Path) -> None:
+def _keep_the_module(name: str, staging: Path, folder: Path) -> bool:
     """The built module alone (no sources or objects: no later worker reads them) copied into the key's folder,
-    then the marker. The builder's folder is hostile until removed (a process given a descriptor of it could
-    swap a file for a link to one hidden from workers between a check and a copy): the module is opened
-    through descriptors that follow no link, checked as a regular file and read from that descriptor."""
-    destination = folder / name
-    shutil.rmtree(destination, ignore_errors=True)  # an earlier build that did not finish
-    destination.mkdir(parents=True)
-    copied = 0
-    parent = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    then the marker; False where the build left none. The builder's folder is hostile until removed (its
+    builder could leave a link anywhere on the way, or a process given a descriptor of it swap one in between a
+    check and a copy): each step from the staging folder, out/, <name>/ to the module is opened from the last
+    one's descriptor, following no link, and the module is read from its own descriptor once checked as a
+    regular file."""
+    modules = []
+    parent = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        for step in ("out", name):
+            inner = os.open(step, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            os.close(parent)
+            parent = inner
         for file_name in (name + ".so", name):
             try:
                 fd = os.open(file_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
             except OSError:
                 continue
-            with os.fdopen(fd, "rb") as module:
-                if stat.S_ISREG(os.fstat(module.fileno()).st_mode):
-                    with open(destination / file_name, "wb") as kept:
-                        shutil.copyfileobj(module, kept)
-                    os.chmod(destination / file_name, 0o755)
-                    copied += 1
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                modules.append((file_name, os.fdopen(fd, "rb")))
+            else:
+                os.close(fd)
+    except OSError:  # a step missing, or a link
+        pass
     finally:
         os.close(parent)
-    if not copied:
-        raise OSError(f"the build of {name} left no module file")
+    if not modules:
+        return False
+    destination = folder / name
+    shutil.rmtree(destination, ignore_errors=True)  # an earlier build that did not finish
+    destination.mkdir(parents=True)
+    for file_name, module in modules:
+        with module, open(destination / file_name, "wb") as kept:
+            shutil.copyfileobj(module, kept)
+        os.chmod(destination / file_name, 0o755)
     (folder / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return True
 
 
 def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sandboxed) -> str | None:
@@ -261,6 +271,11 @@ def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sand
         except subprocess.TimeoutExpired:
             _stop(process)
             return f"Error building extension '{request.name}': the build ran past the {seconds:.0f} s left"
+        except BaseException:  # the judge interrupted: the builder goes with the evaluation
+            _stop(process)
+            raise
+        finally:  # whatever the builder left in its session (without the sandbox's PID namespace)
+            _kill_session(process.pid)
         if process.returncode == 0:
             return None
         said = _head_and_tail(output)
@@ -273,16 +288,20 @@ def run_builder(request: Request, staging: Path, seconds: float, sandboxed: Sand
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the launcher (it kills and reaps the builder's processes), SIGKILL to the session after a grace."""
+    """SIGTERM to the launcher (it kills and reaps the builder's processes), SIGKILL to its session after a grace."""
     process.terminate()
     try:
         process.wait(KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_session(process.pid)
         process.wait()
+
+
+def _kill_session(session_id: int) -> None:
+    try:
+        os.killpg(session_id, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _head_and_tail(output) -> str:

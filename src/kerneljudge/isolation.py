@@ -30,6 +30,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from kerneljudge.memtally import MemoryTally
 from kerneljudge.proc.lifeline import PARENT, with_parent
 from kerneljudge.options import Options, WorkerOptions, default_cache_dir, memory_limit_bytes
 from kerneljudge.sandbox.launch import SETUP_FAILED
+from kerneljudge.errors import SetupError
 from kerneljudge.records import Finding
 
 TAIL_CHARS = 3000
@@ -96,9 +98,14 @@ class Frozen:
 
 
 def workers_folder() -> Path:
-    """The parent of every worker's folder, this user's: hidden from workers and builders (`_private`)."""
+    """The parent of every worker's folder, this user's: hidden from workers and builders (`_private`). A path
+    in the shared temporary folder: one made by anyone else, or open to others, is refused."""
     folder = Path(tempfile.gettempdir()) / f"kj-workers-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    made = os.lstat(folder)
+    if not stat.S_ISDIR(made.st_mode) or made.st_uid != os.getuid() or made.st_mode & 0o077:
+        raise SetupError(f"{folder} is not a folder of this user's alone (mode {stat.filemode(made.st_mode)}, "
+                         f"owner {made.st_uid}): remove it, and the judge makes it again")
     return folder
 
 
@@ -178,6 +185,7 @@ class WorkerProcess:
         os.close(to_worker_r)
         os.close(from_worker_w)
         self.write_fd, self.read_fd = to_worker_w, from_worker_r
+        os.set_blocking(self.write_fd, False)  # a process that reads nothing cannot hold the judge past its deadline
         self.deadline = self.clock() + self.options.timeout_s
 
     def _sandboxed(self, command: list[str], env: dict) -> list[str]:
@@ -212,10 +220,16 @@ class WorkerProcess:
                    TRITON_CACHE_DIR=str(self.workdir / "triton"))
         for folder in options.writable:
             Path(folder).mkdir(parents=True, exist_ok=True)
+        return self._launched(command, writable, options.timeout_s, options.max_file_mb)
+
+    def _launched(self, command: list[str], writable: list, seconds: float, file_mb: int) -> list[str]:
+        """`command` under the launcher in the worker's layers and cgroups, `writable` its only writable folders,
+        the judge's private folders hidden (`_private`)."""
+        options = self.options
         return sandbox.launch_command(
-            command, layers=self.sandbox.active, writable=writable,
-            hidden=[*options.hidden, *self._private()], cgroup=self.cgroup, niceness=options.niceness, limits=sandbox.limits(
-                options.timeout_s, options.max_file_mb, options.max_processes, options.max_open_files))
+            command, layers=self.sandbox.active, writable=writable, hidden=[*options.hidden, *self._private()],
+            cgroup=self.cgroup, niceness=options.niceness,
+            limits=sandbox.limits(seconds, file_mb, options.max_processes, options.max_open_files))
 
     @contextmanager
     def frozen(self):
@@ -254,8 +268,8 @@ class WorkerProcess:
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              limit: tuple[float, str] | None = None) -> dict[str, Any]:
         """Send one request (with tensor blobs); raise WorkerFailure if the process cannot answer. The reply's
-        blobs are under `_blobs`. Progress messages the process sends before its reply (`{"progress": {...}}`,
-        with the request's nonce like the reply) go to `on_progress`. `limit`: (seconds, why) this request may
+        blobs are under `_blobs`. What the judge does for the process meanwhile (its extension builds:
+        `_answer`) is told to `on_progress`. `limit`: (seconds, why) this request may
         take at most, within the process's own deadline (past it the process is stopped: `timeout`)."""
         return self.collect(self.submit(request, blobs), on_progress=on_progress, limit=limit)
 
@@ -277,7 +291,8 @@ class WorkerProcess:
             pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None,
                               replied)
             with self._failures(op):
-                channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs)
+                channel.send(self.write_fd, {**request.to_wire(), "nonce": pending.nonce}, blobs, self.deadline,
+                             self.clock)
         except BaseException:
             replied()
             raise
@@ -327,8 +342,8 @@ class WorkerProcess:
             raise WorkerFailure(self._death(op, exc), self.output_tail()) from exc
 
     def _receive(self, op: str, nonce: str, on_progress, deadline: float) -> dict[str, Any]:
-        """The reply to the request `nonce` by `deadline`, passing the progress messages before it to
-        `on_progress`."""
+        """The reply to the request `nonce` by `deadline`, answering the process's questions before it (its
+        extension builds, whose progress goes to `on_progress`)."""
         while True:
             message = channel.receive(self.read_fd, deadline, self.clock)
             if message.get("nonce") != nonce:  # a message the worker's server did not send for this request
@@ -336,13 +351,10 @@ class WorkerProcess:
                 raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a "
                                                "message that was not the reply to the judge's request (forged by "
                                                "candidate code)", stage=op), self.output_tail())
-            if "ask" in message:
-                channel.send(self.write_fd, {"answer": self._answer(message["ask"], deadline, on_progress),
-                                             "nonce": nonce})
-            elif "progress" not in message:
+            if "ask" not in message:
                 return message
-            elif on_progress is not None and isinstance(message["progress"], dict):
-                on_progress(message["progress"])
+            answer = self._answer(message["ask"], deadline, on_progress)
+            channel.send(self.write_fd, {"answer": answer, "nonce": nonce}, (), deadline, self.clock)
 
     def _answer(self, question: Any, deadline: float, on_progress) -> dict[str, Any]:
         """The judge's answer to its worker's question: an extension built (extensions.py) into the cache the
@@ -358,7 +370,7 @@ class WorkerProcess:
             return extensions.build(request, self._cache_dir(), self._builder_sandboxed,
                                     seconds_left=lambda: deadline - self.clock(), progress=progress)
         except extensions.BuildRefused as exc:
-            return {"error": f"the judge does not build this: {exc}"}
+            return {"error": f"Error building extension: the judge does not build this: {exc}"}
         except Exception as exc:  # noqa: BLE001 - a build the candidate made fail in the judge's hands
             return {"error": f"Error building extension: the judge's build failed: {type(exc).__name__}: {exc}"}
 
@@ -367,13 +379,8 @@ class WorkerProcess:
         worker's, stopped and killed with them), the staging folder its only writable one."""
         if self.sandbox is None or not self.sandbox.active:
             return command
-        options = self.options
-        limits = sandbox.limits(seconds, min(options.max_file_mb, extensions.BUILDER_FILE_MB), options.max_processes,
-                                options.max_open_files)
-        return with_parent(sandbox.launch_command(
-            command, layers=self.sandbox.active, writable=[staging], hidden=[*options.hidden, *self._private()],
-            cgroup=self.cgroup,
-            niceness=options.niceness, limits=limits), os.getpid())
+        return with_parent(self._launched(command, [staging], seconds,
+                                          min(self.options.max_file_mb, extensions.BUILDER_FILE_MB)), os.getpid())
 
     def _cache_dir(self) -> Path:
         return self.options.cache_dir or default_cache_dir()
@@ -384,8 +391,11 @@ class WorkerProcess:
         descriptor), the judge's locks (one held would stall every build of its key, or a device's timing) and
         its builds in progress (extensions.py)."""
         private = [workers_folder(), self._cache_dir() / "locks", self._cache_dir() / "staging"]
-        for folder in private:
-            folder.mkdir(parents=True, exist_ok=True)
+        for folder in private[1:]:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError:  # a cache that cannot be made: nothing is built or locked there either
+                pass
         return private
 
     @property

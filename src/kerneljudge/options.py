@@ -248,9 +248,9 @@ class Options:
                 object.__setattr__(self, name, Path(value))
     def worker_options(self) -> WorkerOptions:
         """The worker's options with what the sandbox must know of this run: the cache (the judge builds the
-        worker's extensions there; its locks and builds in progress are hidden), the results store (watched), every store this user's runs write by default besides it (one
-        run with `--no-store` or another store is still the user's: hidden with its journal files too, as other
-        candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
+        worker's extensions there; its locks and builds in progress are hidden), the results store (watched),
+        every store this user's runs write by default besides it (one run with `--no-store` or another store is
+        still the user's: hidden with its journal files too, as other candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()
         try:  # (the default store's folder is the judge's own: a journal made there after the worker started too)
             folder = (_home_store_path().parent,)

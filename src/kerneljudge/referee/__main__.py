@@ -11,7 +11,7 @@ def main(argv: list[str]) -> None:
     from kerneljudge.proc.serve import serve
     from kerneljudge.referee.server import Referee
 
-    serve(lambda progress, ask: Referee().handle, argv, profiled=True)
+    serve(lambda ask: Referee().handle, argv, profiled=True)
 
 
 if __name__ == "__main__":

@@ -253,10 +253,15 @@ def _cover(path: str, kept: dict[str, int]) -> None:
     read_only = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
     if os.path.isdir(path) and kept:
         linux.mount("tmpfs", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "size=64k,mode=0755")
-        for folder, fd in kept.items():
-            os.makedirs(folder, exist_ok=True)
-            linux.mount(f"/proc/self/fd/{fd}", folder, None, linux.MS_BIND | linux.MS_REC)
-        linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | read_only)
+        try:
+            for folder, fd in kept.items():
+                os.makedirs(folder, exist_ok=True)
+                linux.mount(f"/proc/self/fd/{fd}", folder, None, linux.MS_BIND | linux.MS_REC)
+            linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | read_only)
+        except OSError as exc:  # no bind from a descriptor here: the folder stays seen, said in the worker's log
+            linux.detach(path)
+            print(json.dumps({"sandbox_note": f"{path} left visible: its own folder could not be bound back inside "
+                                              f"it ({exc})"}), file=sys.stderr, flush=True)
     elif os.path.isdir(path):
         linux.mount("tmpfs", path, "tmpfs", read_only, "size=4k,mode=0555")
     elif os.path.lexists(path):

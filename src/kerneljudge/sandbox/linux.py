@@ -60,6 +60,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
            f"mount {target}")
 
 
+def detach(target: str) -> None:
+    """Unmount `target` lazily (umount2 with MNT_DETACH)."""
+    _check(_libc.umount2(target.encode(), 2), f"umount {target}")
+
+
 def prctl(option: int, value: int = 0) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), f"prctl({option})")
 

@@ -18,7 +18,7 @@ def main(argv: list[str]) -> None:
     from kerneljudge.worker.server import Worker
 
     guard = Guard.bind()
-    serve(lambda progress, ask: Worker(guard, progress, ask).handle, argv)
+    serve(lambda ask: Worker(guard, ask).handle, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ is imported, torch's `load_inline` and `load` are wrapped: each call's arguments
 builds them into the build cache, keyed on what is compiled (sources, functions, flags, include paths, name,
 with_cuda...; a `load` source file by its content) and the toolchain, and the module is loaded from there.
 The same extension is never compiled twice, however the Python around it changes; the worker cannot write
-the cache (extensions.py says why). Triton's cache is the worker's own (isolation.py says why).
+the cache, under the sandbox's `mount` layer (extensions.py says why). Triton's cache is the worker's own
+(isolation.py says why).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from kerneljudge import extensions, sourcefile
 from kerneljudge.records import Build, Finding
@@ -68,7 +68,6 @@ class JudgeBuilds:
 
     ask: Ask
     arch: str | None
-    clock_ms: Callable[[], float]
     built: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, key, hit) per call, failed ones too
     waited_ms: float = 0.0  # for another build of the same extension: not this build's time
     # each name's builds in this process, by what they compile: a name built again from other sources is loaded
@@ -80,10 +79,10 @@ class JudgeBuilds:
         def judge_built(*args, **kwargs):
             try:
                 bound = inspect.signature(function).bind(*args, **kwargs)
-            except TypeError:  # a bad call: torch says what is wrong
+                bound.apply_defaults()
+                question = self._question(function.__name__, dict(bound.arguments))
+            except (TypeError, OSError):  # a bad call, a source file missing: torch says what is wrong
                 return function(*args, **kwargs)
-            bound.apply_defaults()
-            question = self._question(function.__name__, dict(bound.arguments))
             name = question["arguments"]["name"]
             answer = self.ask({"build": question})
             self.built.append((name, str(answer.get("key", "")), bool(answer.get("hit"))))
@@ -103,7 +102,8 @@ class JudgeBuilds:
     def _question(self, function: str, arguments: dict) -> dict:
         """The call as data (JSON): include paths made absolute here (where torch would), `load`'s source files
         read here and sent as bytes with their paths and the headers beside them (the builder sees no worker's
-        folder), the name versioned."""
+        folder; their folders are on the include path too, for the includes of a folder it sees), the name
+        versioned. Past the channel's size, an error (the message would be taken for a forged one)."""
         arguments = {k: v for k, v in arguments.items() if k not in extensions.NOT_COMPILED}
         if isinstance(arguments.get("extra_include_paths"), (list, tuple)):
             arguments["extra_include_paths"] = [os.path.abspath(p) for p in arguments["extra_include_paths"]]
@@ -115,7 +115,12 @@ class JudgeBuilds:
             arguments["sources"] = [[Path(f).name, _base64(Path(f))] for f in files]
             paths = [str(Path(f).resolve()) for f in files]
             headers = _headers_beside(paths)
+            arguments["extra_include_paths"] = [*(arguments.get("extra_include_paths") or []),
+                                                *dict.fromkeys(str(Path(path).parent) for path in paths)]
         arguments = json.loads(json.dumps(arguments, default=str))
+        if len(json.dumps(arguments)) + sum(len(content) for _, content in headers) > MOST_QUESTION_BYTES:
+            raise RuntimeError(f"Error building extension '{arguments['name']}': its sources and headers are over "
+                               f"{MOST_QUESTION_BYTES >> 20} MiB")
         compiled = json.dumps([function, {k: v for k, v in arguments.items() if k != "name"}, headers], sort_keys=True)
         builds = self.versions.setdefault(arguments["name"], [])
         if compiled not in builds:
@@ -142,7 +147,8 @@ class JudgeBuilds:
 
 
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl")
-MOST_HEADERS, LARGEST_HEADER_BYTES = 64, 4 << 20
+MOST_HEADERS, LARGEST_HEADER_BYTES = 64, 1 << 20
+MOST_QUESTION_BYTES = 48 << 20  # under the channel's message limit (channel.MAX_MESSAGE_BYTES, 64 MiB)
 
 
 def _base64(path: Path) -> str:
@@ -221,7 +227,7 @@ def import_candidate(path: str, sha256: str, kinds: list[str], *, ask: Ask, devi
         if resolved_arch:
             os.environ["TORCH_CUDA_ARCH_LIST"] = resolved_arch
         if {"cpp", "cuda"} & set(kinds):
-            builds = JudgeBuilds(ask, resolved_arch, clock_ms)
+            builds = JudgeBuilds(ask, resolved_arch)
             builds.install()
     started = clock_ms()
     module, failure = _import(path, sha256, constants)

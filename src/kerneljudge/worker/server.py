@@ -57,14 +57,10 @@ def _reply(findings: list[Finding], poisoned: bool = False, blobs: list | None =
 
 
 class Worker:
-    PROGRESS_EVERY_MS = 250.0  # the least time between two throttled progress messages
-
-    def __init__(self, guard: Guard, send_progress: Callable[[dict[str, Any]], None] = lambda data: None,
-                 ask: Ask = lambda question: {"error": "no judge to ask"}):
+    def __init__(self, guard: Guard,
+                 ask: Ask = lambda question: {"error": "Error building extension: no judge to ask"}):
         self.guard = guard
-        self.send_progress = send_progress
         self.ask = ask  # the judge's answer to a question: its extension builds (worker/build.py)
-        self.last_progress_ms = float("-inf")
         self.device = torch.device("cpu")
         self.session: Session | None = None
         self.timed: TimedModel | None = None
@@ -118,16 +114,6 @@ class Worker:
             reply, blobs = _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}",
                                               stage=str(op))])
         return reply, blobs
-
-    def progress(self, message: str, done: int | None = None, total: int | None = None, *,
-                 throttle: bool = False) -> None:
-        """Tell the judge what the current request is doing (shown on a terminal); `throttle`d messages
-        (counts in a loop) are sent at most every PROGRESS_EVERY_MS."""
-        now = self.guard.wall_ms()
-        if throttle and now - self.last_progress_ms < self.PROGRESS_EVERY_MS:
-            return
-        self.last_progress_ms = now
-        self.send_progress({"message": message, "done": done, "total": total})
 
     def _source(self) -> str:
         return self.session.loaded.candidate.__file__

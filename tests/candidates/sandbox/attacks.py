@@ -215,7 +215,8 @@ def siblings() -> str:
     return "\n".join([own.name, *sorted(path.name for path in own.parent.iterdir())])
 
 
-ATTACKS = {"siblings": siblings, "builds": build_cache, "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
+ATTACKS = {"siblings": siblings, "builds": build_cache,
+           "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
            "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
 
