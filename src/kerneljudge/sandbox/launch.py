@@ -65,6 +65,7 @@ def main(argv: list[str], run=None) -> None:
     child = os.fork()
     if child == 0:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.close(status_read)  # the launcher's end: no process below it holds it (a worker garbled its status there)
         try:
             _inside(layers, config, tasks_before)
         except LayerFailed as failed:
@@ -90,6 +91,7 @@ def _init(command: list[str], status_write: int, run) -> None:
     worker = os.fork()
     if worker == 0:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.close(status_write)  # init's alone (the fork server runs the worker in this process: nothing closes it)
         run(command)
     while True:
         try:
@@ -356,8 +358,8 @@ def _end(child: int, status_read: int, signum: int | None) -> None:
         if pid == child:
             status = raw
     passed = os.read(status_read, 64)
-    if passed:
-        status = int(passed)
+    if passed:  # init's word for the worker's status; anything but a number was not init's: status unknown
+        status = int(passed) if passed.isdigit() else None
     _reap_all()
     if status is None or os.WIFEXITED(status):
         os._exit(os.WEXITSTATUS(status) if status is not None else 1)
