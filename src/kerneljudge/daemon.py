@@ -104,7 +104,7 @@ def _ask(socket_path: Path, request: dict[str, Any], on_wait: Callable[[], None]
     except OSError:  # nothing listens there: a socket file left by a server that died
         return None
     with connection:
-        if not _same_user(connection):
+        if not _trusted_peer(connection):
             raise ServerRefused(f"the process listening on {socket_path} belongs to another user")
         try:
             channel.send(connection.fileno(), request)
@@ -158,7 +158,7 @@ def _require_private(folder: Path, error: type[KernelJudgeError]) -> None:
                     "hold the judge server's socket; choose another with --socket or $KERNELJUDGE_SOCKET")
 
 
-def _same_user(connection: socket.socket) -> bool:
+def _trusted_peer(connection: socket.socket) -> bool:
     """The process at the other end runs as this user (Linux reports it; elsewhere the folder's
     permissions are the guard) and in this server's own mount and PID namespaces: a sandboxed worker (a
     candidate's code) is refused, whatever path reached the socket (a red team's worker started before the
@@ -230,7 +230,7 @@ def _listen(socket_path: Path) -> socket.socket:
 def _answer(connection: socket.socket, state: dict[str, Any], pool: WorkerPool, log: Callable[[str], None]) -> None:
     """Read one request, send one reply (an evaluation: "accepted" first). Nothing a client sends, and
     no fault of the judge, stops the server; a client that left loses only its own answer."""
-    if not _same_user(connection):
+    if not _trusted_peer(connection):
         log("refused a connection from another user, or from a sandboxed process")
         return
     try:

@@ -57,6 +57,7 @@ COMPLETE_MARKER = "kj.complete"  # not an identifier: no extension's folder has 
 KEY_VERSION = "judge-built-1"  # entries written by workers (before this module) are never read
 ERROR_HEAD_CHARS = 16_000  # of the builder's error passed back (torch's message starts with the first errors)
 ERROR_TAIL_CHARS = 4_000
+ELIDED = "\n[...]\n"
 BUILDER_FILE_MB = 1024  # the largest file the builder may write: its output (the compiler's prints), a module
 LOCK_POLL_S = 0.05
 KILL_GRACE_S = 5  # for the launcher to kill and reap the builder's processes before SIGKILL
@@ -305,19 +306,19 @@ def _kill_session(session_id: int) -> None:
 
 
 def _head_and_tail(output) -> str:
+    """The builder's output file, read no further than its head and tail (its middle said elided)."""
     size = output.seek(0, os.SEEK_END)
     output.seek(0)
-    if size <= ERROR_HEAD_CHARS + ERROR_TAIL_CHARS:
-        return output.read().decode(errors="replace")
     head = output.read(ERROR_HEAD_CHARS)
-    output.seek(size - ERROR_TAIL_CHARS)
-    return f"{head.decode(errors='replace')}\n[...]\n{output.read().decode(errors='replace')}"
+    output.seek(max(len(head), size - ERROR_TAIL_CHARS))
+    tail = output.read()
+    return (head + (ELIDED.encode() if len(head) + len(tail) < size else b"") + tail).decode(errors="replace")
 
 
 def _clipped(error: str) -> str:
     if len(error) <= ERROR_HEAD_CHARS + ERROR_TAIL_CHARS:
         return error
-    return f"{error[:ERROR_HEAD_CHARS]}\n[...]\n{error[-ERROR_TAIL_CHARS:]}"
+    return error[:ERROR_HEAD_CHARS] + ELIDED + error[-ERROR_TAIL_CHARS:]
 
 
 def main() -> None:

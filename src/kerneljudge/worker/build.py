@@ -125,8 +125,9 @@ class JudgeBuilds:
         builds = self.versions.setdefault(arguments["name"], [])
         if compiled not in builds:
             builds.append(compiled)
-        if builds.index(compiled):
-            arguments["name"] = f"{arguments['name']}_v{builds.index(compiled)}"
+        version = builds.index(compiled)
+        if version:
+            arguments["name"] = f"{arguments['name']}_v{version}"
         return {"function": function, "arguments": arguments, "arch": self.arch, "headers": headers,
                 "source_paths": paths}
 
