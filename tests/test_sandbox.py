@@ -19,16 +19,18 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import CANDIDATES, SEED, codes
 
-from kerneljudge import builder, cache, judgeimports, report, sandbox
+from kerneljudge import builder, cache, judgeimports, report, sandbox, store
 from kerneljudge.errors import UsageError
 from kerneljudge.isolation import WorkerProcess
 from kerneljudge.options import Options
@@ -569,6 +571,46 @@ def test_the_users_default_store_is_hidden_from_a_run_that_records_elsewhere(att
     result, said = attack("peek", fast.replace(store_path=None))
     assert said[:2] == ["blocked", str(errno.ENOENT)], said  # (its folder covered by an empty one)
     assert result.verdict == "pass", codes(result)
+
+
+@needs("mount")
+def test_a_journal_written_after_the_worker_started_is_hidden_too(attack, fast, tmp_path, monkeypatch):
+    """Another evaluation records into the run's store while the worker runs. SQLite made the store's WAL file
+    anew at that evaluation's open (the last connection's close had deleted it), a path the worker's view could
+    not cover when it started, and a red team read other candidates' sources there. The judge holds the store
+    open while its worker lives: the WAL file is the one covered at the start, and stays it."""
+    path, secret = tmp_path / "results.sqlite", secrets.token_hex(16)
+    Store(path)  # as an earlier run left it: no WAL file
+    assert not store.journal_paths(path)[0].exists()
+    monkeypatch.setenv("KJ_TEST_STORE", str(path))
+    monkeypatch.setenv("KJ_TEST_SECRET", secret)
+    out = tmp_path / "out"
+
+    def other_evaluation(kept: list) -> None:
+        for _ in range(1200):
+            if (out / "journal-waiting").exists():
+                break
+            time.sleep(0.05)
+        connection = sqlite3.connect(path, check_same_thread=False)  # open until the worker has looked
+        kept.append(connection)
+        with connection:
+            connection.execute("CREATE TABLE IF NOT EXISTS other (source TEXT)")
+            connection.execute("INSERT INTO other VALUES (?)", (secret,))
+        (out / "journal-written").touch()
+
+    kept: list = []
+    writer = threading.Thread(target=other_evaluation, args=(kept,))
+    writer.start()
+    try:
+        result, said = attack("journal", fast.replace(store_path=path))
+    finally:
+        writer.join()
+        for connection in kept:
+            connection.close()
+    assert said == ["blocked", str(errno.EACCES)], said
+    assert result.verdict == "pass", codes(result)
+    with sqlite3.connect(path) as check:  # (the other evaluation's write happened while the worker ran)
+        assert check.execute("SELECT source FROM other").fetchall() == [(secret,)]
 
 
 def test_the_default_stores_folder_is_hidden_and_no_home_directory_is_no_default_store(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import channel, extensions, judgeimports, protocol, sandbox, spawn
+from kerneljudge import channel, extensions, judgeimports, protocol, sandbox, spawn, store
 from kerneljudge.memtally import MemoryTally
 from kerneljudge.proc.lifeline import PARENT, with_parent
 from kerneljudge.options import Options, WorkerOptions, default_cache_dir, memory_limit_bytes
@@ -141,6 +141,7 @@ class WorkerProcess:
         self.admit: Callable[[], Callable[[], None]] | None = None
         # its processes that kept running, or ran, while another batch lane stopped them for its timing
         self.ran_while_stopped: list[int] = []
+        self.stores_held: store.HeldOpen | None = None  # the hidden stores' journals, kept while it lives
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -179,6 +180,7 @@ class WorkerProcess:
             if self.cgroup is not None:  # made for a process that never started: close() will not see it
                 self.cgroup.remove()
                 self.cgroup = None
+            self._release_stores()
             os.close(self.log_fd)
             self.log_fd = None
             raise
@@ -193,6 +195,7 @@ class WorkerProcess:
         temporary folder is its own workdir; the package and the store are watched from now on."""
         options = self.options
         sandbox.undumpable()
+        self.stores_held = store.HeldOpen(options.stores)  # before the view is made: their journals are there
         self.sandbox = sandbox.detect(tuple(sorted(options.sandbox_off)))
         active = self.sandbox.active
         if sandbox.CGROUP in active or sandbox.MEMORY in active:
@@ -224,10 +227,12 @@ class WorkerProcess:
 
     def _launched(self, command: list[str], writable: list, seconds: float, file_mb: int) -> list[str]:
         """`command` under the launcher in the worker's layers and cgroups, `writable` its only writable folders,
-        the judge's private folders hidden (`_private`)."""
+        the results stores with their journals and the judge's private folders hidden (`_private`)."""
         options = self.options
+        stores = [path for kept in options.stores for path in (kept, *store.journal_paths(kept))]
         return sandbox.launch_command(
-            command, layers=self.sandbox.active, writable=writable, hidden=[*options.hidden, *self._private()],
+            command, layers=self.sandbox.active, writable=writable,
+            hidden=[*options.hidden, *stores, *self._private()],
             cgroup=self.cgroup, niceness=options.niceness,
             limits=sandbox.limits(seconds, file_mb, options.max_processes, options.max_open_files))
 
@@ -502,6 +507,12 @@ class WorkerProcess:
                 os.close(self.log_fd)
                 self.log_fd = None
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
+        self._release_stores()
+
+    def _release_stores(self) -> None:
+        if self.stores_held is not None:
+            self.stores_held.close()
+            self.stores_held = None
 
     def _ended(self, timeout_s: float) -> bool:
         try:

@@ -179,7 +179,7 @@ def memory_limit_bytes(limit_mb: int | None) -> int:
 DEFAULT_GPU_MEMORY_SHARE = 0.5
 
 #: WorkerOptions fields holding paths (strings in JSON).
-PATH_LISTS = ("writable", "watched", "hidden")
+PATH_LISTS = ("writable", "watched", "hidden", "stores")
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,9 @@ class WorkerOptions:
     # files and folders the worker must not see: covered in its read-only view (sandbox/launch.py; the
     # results store with its journal files, and the judge server's socket, by Options.worker_options)
     hidden: tuple[Path, ...] = ()
+    # results stores the worker must not read (other candidates' sources): hidden with their journal files, which
+    # the judge holds open while the worker lives (store.HeldOpen: a journal made after it started is not covered)
+    stores: tuple[Path, ...] = ()
     max_processes: int = 1024  # tasks (threads too) in the worker's cgroup, and that it may add to its user's
     max_file_mb: int = 16384  # largest file the worker may write
     max_open_files: int = 4096
@@ -218,7 +221,8 @@ class WorkerOptions:
 
     def launch_key(self) -> tuple:
         """What a worker's sandbox is started with: a spare started under another is not used."""
-        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.hidden, self.max_processes,
+        return (self.sandbox_off, self.cache_dir, self.writable, self.watched, self.hidden, self.stores,
+                self.max_processes,
                 self.max_file_mb, self.max_open_files, self.memory_limit_mb, self.niceness)  # the memory cgroup's limit too
 
 
@@ -250,19 +254,20 @@ class Options:
         """The worker's options with what the sandbox must know of this run: the cache (the judge builds the
         worker's extensions there; its locks and builds in progress are hidden), the results store (watched),
         every store this user's runs write by default besides it (one run with `--no-store` or another store is
-        still the user's: hidden with its journal files too, as other candidates' sources), the judge server's socket (hidden: there the worker could ask for evaluations)."""
+        still the user's: hidden, as other candidates' sources: the default store's folder whole, a store elsewhere
+        with its journal files, `stores`), the judge server's socket (hidden: there the worker could ask for
+        evaluations)."""
         store = (Path(self.store_path),) if self.store_path else ()
         try:  # (the default store's folder is the judge's own: a journal made there after the worker started too)
             folder = (_home_store_path().parent,)
         except RuntimeError:  # no home directory: no default store there
             folder = ()
         default = (default_store_path(),) if folder or os.environ.get("KERNELJUDGE_STORE") else ()
-        stores = tuple(dict.fromkeys(store + default))
-        journals = tuple(path.with_name(path.name + end) for path in stores for end in ("-wal", "-shm", "-journal"))
+        stores = tuple(path for path in dict.fromkeys(tuple(self.worker.stores) + store + default)
+                       if not any(path.is_relative_to(hidden) for hidden in folder))
         return dataclasses.replace(self.worker, cache_dir=Path(self.cache_dir),
-                                   watched=tuple(self.worker.watched) + store,
-                                   hidden=tuple(self.worker.hidden) + stores + journals + folder
-                                   + (default_server_socket(),))
+                                   watched=tuple(self.worker.watched) + store, stores=stores,
+                                   hidden=tuple(self.worker.hidden) + folder + (default_server_socket(),))
 
     def replace(self, **changes) -> "Options":
         """A copy with some fields changed; nested groups take dicts (`check={"trials": 3}`).

@@ -284,6 +284,40 @@ class Store:
             conn.close()
 
 
+def journal_paths(path: Path) -> tuple[Path, ...]:
+    """The files SQLite keeps beside a store: its WAL, its shared memory and a rollback journal."""
+    return tuple(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))
+
+
+class HeldOpen:
+    """The judge's connections to results stores, open while a worker lives. A worker's view covers each store
+    and its journal files (sandbox/launch.py), but only a path that exists when it starts can be covered, and
+    SQLite deletes a store's WAL file at its last connection's close and makes a new one at the next open: a
+    worker started between two recordings read another evaluation's records (other candidates' sources) in a
+    WAL file made after it started. While one of the judge's connections is open no close is the last, so
+    every record goes to the files that were covered when the worker started; a store not there yet is made
+    first (a run's store, or the default one at $KERNELJUDGE_STORE, is made at its next record anyway)."""
+
+    def __init__(self, paths: tuple[Path, ...]):
+        self.connections: list[sqlite3.Connection] = []
+        for path in paths:
+            try:  # (a store that cannot be made holds nothing to read; the run's record stage says so)
+                store = Store(path)
+                connection = store._connect()
+                connection.execute("PRAGMA user_version").fetchall()  # a read: the WAL and its index opened
+            except StoreError:
+                continue
+            except sqlite3.Error:
+                connection.close()
+                continue
+            self.connections.append(connection)
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.close()
+        self.connections.clear()
+
+
 def _dumps(value: Any) -> str | None:
     """Strict JSON (no NaN/Infinity), or NULL for a missing value."""
     return None if value is None else json.dumps(jsonsafe(value), allow_nan=False, sort_keys=False)

@@ -30,6 +30,9 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
              worker (another candidate's) that no file or mount rule sees
     siblings the folders beside its own ($TMPDIR's parent holds every worker's): its own folder's name, then
              each name it sees there
+    journal  the results store's WAL file ($KJ_TEST_STORE-wal) read once another evaluation has written into the
+             store after the worker started (it says so in $KJ_TEST_OUT/journal-written; the attack writes
+             journal-waiting first): "read N found" where the other's secret ($KJ_TEST_SECRET) is in it
     builds   a file written into the build cache ($KJ_TEST_CACHE/builds), where a later worker would load it as
              another candidate's extension, then an extension built with a compiler `-wrapper` that writes
              there too (the judge's builder runs the candidate's flags): the worker's write, "built" and the
@@ -129,6 +132,20 @@ def peek() -> str:
     return f"{read}\n{connected}"
 
 
+def journal() -> str:
+    out = Path(os.environ["KJ_TEST_OUT"])
+    write(out / "journal-waiting", b"")
+    for _ in range(600):  # at most 30 s for the other evaluation's write
+        if (out / "journal-written").exists():
+            break
+        time.sleep(0.05)
+    try:
+        data = Path(os.environ["KJ_TEST_STORE"] + "-wal").read_bytes()
+    except OSError as exc:
+        return f"blocked {exc.errno}"
+    return f"read {len(data)} {'found' if os.environ['KJ_TEST_SECRET'].encode() in data else 'absent'}"
+
+
 def hog() -> str:
     held = Path(os.environ["KJ_TEST_OUT"]) / "hog-held"
     children = [subprocess.Popen([sys.executable, "-c", HOLDER, str(HOG_MB), str(held)]) for _ in range(HOG_CHILDREN)]
@@ -218,7 +235,7 @@ def siblings() -> str:
 ATTACKS = {"siblings": siblings, "builds": build_cache,
            "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
-           "escape": escape, "network": network, "bomb": bomb, "peek": peek, "hog": hog, "swell": swell}
+           "escape": escape, "network": network, "bomb": bomb, "peek": peek, "journal": journal, "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
