@@ -221,6 +221,22 @@ def test_the_workers_output_is_read_through_the_judges_own_descriptor(attack, fa
     assert "kj-secret-bytes" not in text
 
 
+@pytest.mark.parametrize("layers_off", [(), ("pid",)])
+def test_a_worker_cannot_pass_its_exit_for_the_sandboxs_setup_failure(attack, fast, layers_off):
+    """The launcher exits with its own code (121) when a layer cannot be set up, which the judge reports as its own
+    error, not the candidate's. A candidate exited with that code, or wrote digits into the pipe where init (or,
+    without `pid`, the launcher) reads the worker's status, through /proc: its exit became a judge error, which
+    RL loops drop rather than penalise. Now the code counts as a setup failure only before the worker first
+    answered, and neither init nor the launcher can be reached through /proc."""
+    options = fast.replace(worker={"sandbox_off": tuple(sorted({*fast.worker.sandbox_off, *layers_off}))})
+    result, said = attack("status", options)
+    assert said == ["wrote", "0"], said
+    exits = [f for f in result.findings if f.code == "candidate-exit"]
+    assert exits and exits[0].details.get("exit_code") == 3, [(f.code, f.message) for f in result.findings]
+    result, _ = attack("setup", options)
+    assert "judge-error" not in codes(result) and "candidate-exit" in codes(result), codes(result)
+
+
 def test_without_the_read_only_view_planted_files_fail_the_candidate_and_bytecode_is_removed(tmp_path):
     """The judge runs in a process of its own from a copy of the package, so the planted files land in the
     copy: the suite's other evaluations (another test process among pytest-xdist's) watch the package

@@ -142,6 +142,8 @@ class WorkerProcess:
         # its processes that kept running, or ran, while another batch lane stopped them for its timing
         self.ran_while_stopped: list[int] = []
         self.stores_held: store.HeldOpen | None = None  # the hidden stores' journals, kept while it lives
+        # it answered a request: its sandbox was set up, and an exit with the launcher's setup code is its own
+        self.answered = False
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -351,6 +353,7 @@ class WorkerProcess:
         extension builds, whose progress goes to `on_progress`)."""
         while True:
             message = channel.receive(self.read_fd, deadline, self.clock)
+            self.answered = True
             if message.get("nonce") != nonce:  # a message the worker's server did not send for this request
                 self._kill()
                 raise WorkerFailure(Finding.of("tampering", f"during stage {op} the worker's channel carried a "
@@ -421,7 +424,7 @@ class WorkerProcess:
             self._kill()
             return Finding.of("worker-crashed", f"the worker closed its channel during stage {op} ({exc}) and was "
                               "stopped", stage=op)
-        if code == SETUP_FAILED and self.sandbox is not None:
+        if code == SETUP_FAILED and self.sandbox is not None and not self.answered:  # (candidate code runs after)
             return Finding.of("judge-error", f"the worker's sandbox could not be set up: {self.output_tail(500)}",
                               stage=op)
         if code == -signal.SIGKILL and self.cgroup is not None and self.cgroup.oom_kills():

@@ -72,8 +72,10 @@ def main(argv: list[str], run=None) -> None:
             _fail(failed)
         if "pid" in layers:
             _init(command, status_write, run)
+        os.close(status_write)  # (the fork server runs the worker in this process: nothing else closes it)
         run(command)
     os.close(status_write)
+    _unreachable()
     os.closerange(3, status_read)  # the worker's channel is the worker's
     os.closerange(status_read + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     signal.signal(signal.SIGTERM, lambda *_: _end(child, status_read, signal.SIGKILL))
@@ -93,6 +95,7 @@ def _init(command: list[str], status_write: int, run) -> None:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         os.close(status_write)  # init's alone (the fork server runs the worker in this process: nothing closes it)
         run(command)
+    _unreachable()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -101,6 +104,15 @@ def _init(command: list[str], status_write: int, run) -> None:
         if pid == worker:
             os.write(status_write, str(status).encode())
             os._exit(0)
+
+
+def _unreachable() -> None:
+    """This process's descriptors out of its worker's reach. Its user's processes may open another's through
+    `/proc/PID/fd`, and a pipe's end opened so writes into the pipe: a worker wrote digits into the status
+    pipe of its init (or, without `pid`, of the launcher) and its exit status became the sandbox's setup
+    failure, a judge error. Not dumpable, a process's entries there are out of reach of a process holding no
+    capability (the worker holds none)."""
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
 
 
 def _tie_to(judge_pid: int) -> None:

@@ -33,6 +33,10 @@ whose outcome it writes to $KJ_TEST_OUT/<attack> (tests/test_sandbox.py makes th
     journal  the results store's WAL file ($KJ_TEST_STORE-wal) read once another evaluation has written into the
              store after the worker started (it says so in $KJ_TEST_OUT/journal-written; the attack writes
              journal-waiting first): "read N found" where the other's secret ($KJ_TEST_SECRET) is in it
+    status   digits written into every pipe its init (pid 1) or its parent holds, where the launcher reads the
+             worker's exit status (1472 before init's own 768, exit 3, reads as 1472768: exit 121, the launcher's
+             code for a sandbox it could not set up), then exit 3: "wrote N", the pipes it wrote
+    setup    exit 121 at once, the launcher's own code for a sandbox it could not set up
     builds   a file written into the build cache ($KJ_TEST_CACHE/builds), where a later worker would load it as
              another candidate's extension, then an extension built with a compiler `-wrapper` that writes
              there too (the judge's builder runs the candidate's flags): the worker's write, "built" and the
@@ -146,6 +150,25 @@ def journal() -> str:
     return f"read {len(data)} {'found' if os.environ['KJ_TEST_SECRET'].encode() in data else 'absent'}"
 
 
+def status() -> None:
+    wrote = 0
+    for pid in sorted({1, os.getppid()}):
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:"):
+                    with open(f"/proc/{pid}/fd/{fd}", "wb", buffering=0) as pipe:
+                        pipe.write(b"1472")
+                    wrote += 1
+            except OSError:
+                pass
+    write(Path(os.environ["KJ_TEST_OUT"], "status"), f"wrote {wrote}".encode())
+    os._exit(3)
+
+
 def hog() -> str:
     held = Path(os.environ["KJ_TEST_OUT"]) / "hog-held"
     children = [subprocess.Popen([sys.executable, "-c", HOLDER, str(HOG_MB), str(held)]) for _ in range(HOG_CHILDREN)]
@@ -235,7 +258,7 @@ def siblings() -> str:
 ATTACKS = {"siblings": siblings, "builds": build_cache,
            "triton": triton_cache, "sysv": sysv, "sysctl": sysctl, "tail": lambda: swapped_log(lambda log: log.symlink_to(os.environ["KJ_TEST_SECRET"])),
            "fifo": lambda: swapped_log(os.mkfifo), "remount": remount, "plant": plant, "store": store,
-           "escape": escape, "network": network, "bomb": bomb, "peek": peek, "journal": journal, "hog": hog, "swell": swell}
+           "escape": escape, "network": network, "bomb": bomb, "peek": peek, "journal": journal, "status": status, "setup": lambda: os._exit(121), "hog": hog, "swell": swell}
 
 
 class ModelNew(nn.Module):
