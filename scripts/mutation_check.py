@@ -38,6 +38,7 @@ ISOLATION = "tests/test_isolation.py"
 SANDBOX = "tests/test_sandbox.py"
 GPU = "tests/test_gpu.py"  # skipped without CUDA: the poison mutants are killed on the GPU (docs/mutation.md)
 PROBES = "tests/test_probes.py"
+BLAME = "tests/test_blame.py"
 
 
 @dataclass(frozen=True)
@@ -450,6 +451,29 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    linux.prctl(linux.PR_SET_DUMPABLE, 0)\n", "    pass\n",
              (_k(SANDBOX, "cannot_pass_its_exit_for_the_sandboxs_setup_failure"),),
              "init and the launcher dumpable: the worker writes its status pipe through /proc"),
+    Mutation("worker-faults-believed", "isolation.py",
+             "        if self.candidate_loaded:\n            reply = _candidates_own(reply, op)\n", "",
+             (_k(BLAME, "is_the_candidates"),),
+             "a worker's reply believed when it puts the fault on the judge, the referee or the problem"),
+    Mutation("probes-call-state-dict", "worker/server.py",
+             "                                  request.how, session.held, fresh=True)",
+             "                                  request.how, session.held.update(session.held_entries()) or session.held,"
+             " fresh=True)",
+             (_k(BLAME, "without_calling"),),
+             "the candidate's state_dict called before each parameter change: a stale cache dropped only then passes"),
+    Mutation("replace-through-modules", "worker/server.py",
+             "    for owner in _submodules(module):", "    for owner in module.modules():",
+             (_k(BLAME, "without_calling"),),
+             "the swap of new parameter objects through the candidate's own modules()"),
+    Mutation("unreadable-text-raises", "proc/failures.py", "    said = _text(exc)\n", "    said = str(exc)\n",
+             (_k(BLAME, "cannot_be_read"),), "an exception whose __str__ raises ends the worker's report of it"),
+    Mutation("build-reply-believed", "pipeline.py",
+             "run.build = Build(**protocol.build_info(reply[\"build\"]))", "run.build = Build(**reply[\"build\"])",
+             (_k(BLAME, "forged_build"),), "the worker's build reply read unchecked: a forged one ends the judge"),
+    Mutation("structure-after-unpack", "referee/server.py",
+             "                    if compare.structure_problem(received, kept.outline, unpacked=False) is None:\n",
+             "                    if True:\n", (_k(BLAME, "from_its_description"),),
+             "an output of the wrong structure unpacked before its shape is looked at: the referee's memory"),
     Mutation("builder-writes-every-build", "isolation.py",
              "return with_parent(self._launched(command, [staging], seconds,",
              "return with_parent(self._launched(command, [staging, self._cache_dir() / \"builds\"], seconds,",

@@ -58,9 +58,13 @@ def build_one(path: Path, options: Options, device: str,
                                                       "kinds": list(candidate.kinds)}, options.arch))
     except WorkerFailure as failure:
         return BuildOutcome(candidate.path, None, (failure.finding,))
-    info = reply.get("build")
-    return BuildOutcome(candidate.path, Build(**{**info, "extensions": tuple(info["extensions"])}) if info else None,
-                        tuple(Finding.from_json(f) for f in reply["findings"]))
+    try:
+        info = Build(**protocol.build_info(reply["build"])) if reply.get("build") else None
+        found = tuple(Finding.from_json(f) for f in reply["findings"])
+    except (protocol.Untrusted, KeyError, TypeError, ValueError) as exc:
+        return BuildOutcome(candidate.path, None, (Finding.of("tampering", f"the worker's reply was malformed: "
+                                                              f"{type(exc).__name__}: {exc}", stage="build"),))
+    return BuildOutcome(candidate.path, info, found)
 
 
 def build_all(paths: list[Path], options: Options, device: str, jobs: int) -> list[BuildOutcome]:

@@ -63,6 +63,11 @@ def _specs() -> dict[str, Spec]:
              "Run the kernel under compute-sanitizer to find the bad access; check launch bounds and indexing."),
         Spec("judge-error", "error", "The judge itself failed",
              "This is a bug in kerneljudge: please report it with the message shown."),
+        Spec("worker-fault", "error", "The worker failed serving the judge, the candidate's code loaded in it",
+             "Candidate code shares the worker's process: do not override the nn.Module methods the judge calls "
+             "(state_dict, load_state_dict, modules) with ones that fail, return tensor subclasses whose methods "
+             "fail, raise exceptions that cannot be printed, or write into the worker's channel. With a plain "
+             "candidate this may be a bug in kerneljudge: please report it with the message shown."),
         # issue 17: ray
         Spec("judge-lost", "error", "The judge process died each time it judged this candidate",
              "The candidate killed the process judging it (or its node failed each time): do not signal or "
@@ -257,6 +262,15 @@ def _specs() -> dict[str, Spec]:
 
 
 CATALOG: dict[str, Spec] = _specs()
+
+
+def blames_candidate(code: str) -> bool:
+    """Whether a finding with `code` puts the fault on the candidate. The others (the problem's, the reference's,
+    the judge's, its own limits) only the judge and the referee may give: in a worker's reply, once the candidate's
+    code was loaded there, one was written or caused by that code (a forged reply, an override the worker's own
+    code called), and RL loops drop such results rather than count them against the candidate."""
+    return not code.startswith(("problem-", "judge-", "reference-", "kernelbench-")) and \
+        code not in ("stochastic-reference", "timeout")
 
 
 def spec(code: str) -> Spec:

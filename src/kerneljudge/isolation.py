@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerneljudge import channel, extensions, judgeimports, protocol, sandbox, spawn, store
+from kerneljudge import channel, extensions, findings, judgeimports, protocol, sandbox, spawn, store
 from kerneljudge.memtally import MemoryTally
 from kerneljudge.proc.lifeline import PARENT, with_parent
 from kerneljudge.options import Options, WorkerOptions, default_cache_dir, memory_limit_bytes
@@ -144,6 +144,8 @@ class WorkerProcess:
         self.stores_held: store.HeldOpen | None = None  # the hidden stores' journals, kept while it lives
         # it answered a request: its sandbox was set up, and an exit with the launcher's setup code is its own
         self.answered = False
+        # it was asked to import the candidate: every reply from then on may be the candidate's (`_candidates_own`)
+        self.candidate_loaded = False
 
     def __enter__(self) -> "WorkerProcess":
         if self.process is None:
@@ -289,8 +291,9 @@ class WorkerProcess:
         if self.pending is not None:
             self.collect(self.pending)
         op = self.stage or request.op  # what a failure names: the pipeline's stage, else the request
-        if self.dead:
-            raise WorkerFailure(Finding.of("judge-error", f"{op}: the worker is no longer usable", stage=op), "")
+        if self.dead:  # (a worker said so: a poisoned device, or the candidate's word)
+            code = "worker-fault" if self.candidate_loaded else "judge-error"
+            raise WorkerFailure(Finding.of(code, f"{op}: the {self.role} is no longer usable", stage=op), "")
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
         replied = self.admit() if self.admit is not None else (lambda: None)
@@ -304,6 +307,7 @@ class WorkerProcess:
             replied()
             raise
         self.pending = pending
+        self.candidate_loaded |= self.role == "worker" and request.op in (protocol.Build.op, protocol.CompileOnly.op)
         return pending
 
     def collect(self, pending: "Pending", *, on_progress: Callable[[dict[str, Any]], None] | None = None,
@@ -321,6 +325,8 @@ class WorkerProcess:
         finally:
             pending.replied()
         self.pending = None
+        if self.candidate_loaded:
+            reply = _candidates_own(reply, op)
         if reply.get("poisoned"):
             self.dead = True
         figures = reply.pop("_memory", None)
@@ -534,6 +540,24 @@ class WorkerProcess:
             self.cgroup = None
         if sys.platform.startswith("linux"):
             sandbox.kill_session(self.process.pid)
+
+
+def _candidates_own(reply: dict[str, Any], op: str) -> dict[str, Any]:
+    """A worker's reply once the candidate's code is loaded in its process, with every fault it claims for the
+    judge, the referee or the problem (an `error`, a finding that does not blame the candidate) made the
+    candidate's: that code could have written the reply (a red team sent its own, with the pending nonce read from
+    the worker's frames) or caused it (an override of `state_dict` that raised in the worker's own code)."""
+    found = reply.get("findings")
+    claimed = [f for f in found if isinstance(f, dict) and not findings.blames_candidate(str(f.get("code")))] \
+        if isinstance(found, list) else []
+    if not claimed and not reply.get("error"):
+        return reply
+    said = "; ".join(f"{f.get('code')}: {f.get('message')}" for f in claimed) or f"error: {reply.get('error')}"
+    fault = Finding.of("worker-fault", f"during stage {op} the worker, the candidate's code loaded in it, reported a "
+                       f"fault not the candidate's ({said[:2000]}): the candidate's code wrote or caused it",
+                       stage=op).to_json()
+    kept = [f for f in found if f not in claimed] if isinstance(found, list) else []
+    return {key: value for key, value in reply.items() if key != "error"} | {"findings": [*kept, fault]}
 
 
 WORKER = "kerneljudge.worker"

@@ -227,8 +227,12 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,
                                                     "kinds": list(candidate.kinds)}, options.arch),
                                     on_progress=run.worker_progress("build"))
-                if reply.get("build"):
-                    run.build = Build(**{**reply["build"], "extensions": tuple(reply["build"]["extensions"])})
+                try:
+                    run.build = Build(**protocol.build_info(reply["build"])) if reply.get("build") else None
+                except protocol.Untrusted as exc:
+                    judging.findings.append(Finding.of("tampering", f"the worker's reply was malformed: {exc}",
+                                                       stage="build"))
+                    raise StageEnded() from None
                 judging.take(reply, "build")
             with _judged_stage(run, judging, "check", f"{options.check.trials} correctness trials"):
                 if not _check(run, judging, problem_data, seed, setup):

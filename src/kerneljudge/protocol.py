@@ -448,3 +448,13 @@ def flag(value: Any, name: str) -> bool:
     if type(value) is not bool:
         raise Untrusted(f"{name}: expected true or false")
     return value
+
+
+def build_info(value: Any) -> dict[str, Any]:
+    """The worker's account of its build (records.Build's fields): a forged one had ended the judge."""
+    if type(value) is not dict or value.get("cache") not in ("hit", "miss", "none") or \
+            type(value.get("cache_key")) not in (str, type(None)):
+        raise Untrusted("build: expected build_ms, cache (hit, miss or none), cache_key and extensions")
+    return {"build_ms": number(value.get("build_ms"), "build_ms", low=0.0), "cache": value["cache"],
+            "cache_key": value["cache_key"] and value["cache_key"][:200],
+            "extensions": tuple(strings(value.get("extensions"), "extensions", limit=1000))}

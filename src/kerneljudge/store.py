@@ -302,15 +302,16 @@ class HeldOpen:
         self.connections: list[sqlite3.Connection] = []
         for path in paths:
             try:  # (a store that cannot be made holds nothing to read; the run's record stage says so)
-                store = Store(path)
-                connection = store._connect()
-                connection.execute("PRAGMA user_version").fetchall()  # a read: the WAL and its index opened
-            except StoreError:
-                continue
-            except sqlite3.Error:
-                connection.close()
+                Store(path)
+                # (closed by whichever thread ends the worker: a batch lane's, or its pool's at the end)
+                connection = sqlite3.connect(path, check_same_thread=False)
+            except (StoreError, sqlite3.Error):
                 continue
             self.connections.append(connection)
+            try:
+                connection.execute("PRAGMA user_version").fetchall()  # a read: the WAL and its index opened
+            except sqlite3.Error:
+                continue
 
     def close(self) -> None:
         for connection in self.connections:

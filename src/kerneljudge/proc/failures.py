@@ -28,18 +28,19 @@ class Classified:
 
 def classify(exc: BaseException, *, stage: str, code: str, what: str, source_file: str | None = None) -> Classified:
     """`what` names the action ("ModelNew.forward", "importing the candidate") for the message."""
-    text = f"{type(exc).__name__}: {exc}".strip()
+    said = _text(exc)
+    text = f"{type(exc).__name__}: {said}".strip()
     where = _where(exc.__traceback__, source_file)
     if isinstance(exc, SystemExit):
         return Classified(Finding.of("candidate-exit", f"{what} called exit({exc.code!r}){where}", stage=stage), False)
-    if _is_oom(exc):
-        return Classified(Finding.of("out-of-memory", f"{what} ran out of memory{where}: {_clip(str(exc), 400)}",
+    if _is_oom(exc, said):
+        return Classified(Finding.of("out-of-memory", f"{what} ran out of memory{where}: {_clip(said, 400)}",
                                      stage=stage), False)
-    if _is_cuda_error(exc):
-        return Classified(Finding.of("cuda-error", f"{what} hit a CUDA error{where}: {_first_line(str(exc))}",
+    if _is_cuda_error(exc, said):
+        return Classified(Finding.of("cuda-error", f"{what} hit a CUDA error{where}: {_first_line(said)}",
                                      stage=stage), True)
-    if "Error building extension" in str(exc) or type(exc).__name__ == "CalledProcessError":
-        return Classified(Finding.of("compile-error", f"{what} failed to compile:\n{compiler_errors(str(exc))}",
+    if "Error building extension" in said or type(exc).__name__ == "CalledProcessError":
+        return Classified(Finding.of("compile-error", f"{what} failed to compile:\n{compiler_errors(said)}",
                                      stage=stage), False)
     return Classified(Finding.of(code, f"{what} raised {_clip(text, 600)}{where}", stage=stage), False)
 
@@ -57,22 +58,30 @@ def compiler_errors(output: str, max_lines: int = 20) -> str:
     return _clip("\n".join(chosen[:max_lines]), MAX_MESSAGE_CHARS)
 
 
-def _is_oom(exc: BaseException) -> bool:
+def _text(exc: BaseException) -> str:
+    """The exception's text; the candidate's exception class may fail to give one (its `__str__` raised, and the
+    worker's own code reported that failure as the judge's)."""
+    try:
+        return str(exc)
+    except Exception as failed:  # noqa: BLE001 - the candidate's __str__, whatever it raises
+        return f"(its text could not be read: {type(failed).__name__})"
+
+
+def _is_oom(exc: BaseException, text: str) -> bool:
     import torch
 
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True
-    text = str(exc)
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
-def _is_cuda_error(exc: BaseException) -> bool:
+def _is_cuda_error(exc: BaseException, text: str) -> bool:
     import torch
 
     accelerator_error = getattr(torch, "AcceleratorError", None)
     if accelerator_error is not None and isinstance(exc, accelerator_error):
         return True
-    return isinstance(exc, RuntimeError) and str(exc).startswith(("CUDA error", "CUDA driver error"))
+    return isinstance(exc, RuntimeError) and text.startswith(("CUDA error", "CUDA driver error"))
 
 
 def _where(tb: TracebackType | None, source_file: str | None) -> str:

@@ -302,6 +302,13 @@ def _view_in(stack: ExitStack, meta: dict, shared: bool) -> torch.Tensor:
         return stack.enter_context(deviceshare.viewed(_agreed(meta, shared), *_dtype_shape(meta)))
 
 
+def described_output(meta: Any) -> tuple[str, list[dict], list]:
+    """An output as its process described it, none of its tensors unpacked (`unpack_output`'s shape, each tensor
+    None): enough to see that its structure is wrong before its bytes are read."""
+    kind, facts = _output_facts(meta)
+    return kind, facts, [None] * len(facts)
+
+
 def _output_facts(meta: Any) -> tuple[str, list[dict]]:
     """A described output's kind and per-tensor facts, checked (none for "none" and "other")."""
     if not isinstance(meta, dict) or meta.get("kind") not in ("none", "other", "tensor", "tuple", "list"):

@@ -135,8 +135,9 @@ class Received:
     type_name: str = ""
 
 
-def structure_problem(received: Received, outline: Outline) -> Finding | None:
-    """The first structural difference between the outputs, as a finding; None if they line up."""
+def structure_problem(received: Received, outline: Outline, *, unpacked: bool = True) -> Finding | None:
+    """The first structural difference between the outputs, as a finding; None if they line up. Not `unpacked`:
+    seen from its description alone, before any of its tensors is (`tensorwire.described_output`)."""
     if received.kind == "none":
         return Finding.of("output-none", "forward returned None", stage=STAGE)
     if received.kind == "other":
@@ -166,11 +167,16 @@ def structure_problem(received: Received, outline: Outline) -> Finding | None:
         if fact.get("storageless"):
             return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
                               stage=STAGE)
-        if c is None:
+        if c is None and unpacked:
             return Finding.of("output-type", f"output ({dtype}, {len(shape)} dimensions) could not be carried to the "
                               "referee: kerneljudge carries float, integer, bool and complex dtypes but not float8 or "
                               f"uint16-64, and at most {MAX_DIMS} dimensions", stage=STAGE)
-        if torch.device(str(fact.get("device"))) != r.device:
+        try:
+            device = torch.device(str(fact.get("device")))
+        except (RuntimeError, ValueError):  # (a description the worker's process forged: the referee's error once)
+            return Finding.of("tampering", f"the output's description names no device: {str(fact.get('device'))[:60]}",
+                              stage=STAGE)
+        if device != r.device:
             return Finding.of("output-device", f"output on {fact.get('device')}, expected {r.device}", stage=STAGE)
     return None
 

@@ -205,8 +205,11 @@ class Referee:
             with contextlib.ExitStack() as stack:
                 if request.held:
                     received, inputs_after, _ = self.held.pop(request.index)
-                else:
-                    received, inputs_after = stack.enter_context(self._received_in_place(request.output, blobs)), None
+                else:  # an output of the wrong structure is not unpacked: its description says enough (a wrong-shaped
+                    # output of half the referee's memory limit ended the referee's comparison, a judge error)
+                    received, inputs_after = _as_received(request.output, tensorwire.described_output(request.output)), None
+                    if compare.structure_problem(received, kept.outline, unpacked=False) is None:
+                        received = stack.enter_context(self._received_in_place(request.output, blobs))
                 if (request.inputs_after is not None or inputs_after is not None) and kept.inputs is None:
                     raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
                 if inputs_after is not None:  # held with the output (copies)

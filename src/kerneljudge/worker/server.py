@@ -230,7 +230,7 @@ class Worker:
         (`staged`: `state` waited in host memory, and is compared by dtype alone, each copy kept where the entry
         is)."""
         session = self.session
-        held = session.held_entries()
+        held = session.held = session.held_entries()
         session.reference_names, session.reference_parameters = list(state), set(request.parameters or ())
         moved: dict[int, torch.Tensor] = {}  # a staged tensor's copy on the device, once however many names it has
         session.own_copies = {}
@@ -285,40 +285,26 @@ class Worker:
         follows them (proc/perturb.py): in place on ModelNew's own, or on new tensors swapped in one at a
         time as new objects ("replace") or under the same objects ("data"), or loaded through its state dict
         ("state-dict")."""
-        held = self._held()
-        if held.failure:
-            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         session = self.session
-        reply = self._write_state(perturbation(session.reference_values(held.value), session.reference_parameters,
+        reply = self._write_state(perturbation(session.reference_values(session.held), session.reference_parameters,
                                                request.seed, request.names, replace=request.how == "replace",
                                                device=self.device, copy=request.how != "in-place"),
-                                  request.how, held.value, fresh=True)
+                                  request.how, session.held, fresh=True)
         if request.how != "in-place" and self.device.type == "cuda":
             torch.cuda.empty_cache()  # the old copies' blocks to the device: the referee takes its parameters back
         return reply
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         """The referee's range move of a state entry (or its undoing), made alike here, in place."""
-        held = self._held()
-        if held.failure:
-            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         transform = Transform.from_json(request.transform) if request.transform else None
-        values = self.session.reference_values(held.value)
+        values = self.session.reference_values(self.session.held)
         names = move(values, self.session.range_originals, transform)
-        return self._write_state(((name, values[name]) for name in names), "in-place", held.value)
+        return self._write_state(((name, values[name]) for name in names), "in-place", self.session.held)
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
         """The reference's entries as the referee holds them, written into ModelNew."""
-        held = self._held()
-        if held.failure:
-            return _reply([held.failure.finding], poisoned=held.failure.poisoned)
         values = tensorwire.unpack_values(request.state, blobs, self.device)
-        return self._write_state(zip(request.names, values), request.how, held.value)
-
-    def _held(self):
-        """ModelNew's parameters and buffers (Session.held_entries): its state_dict is its code, called guarded."""
-        return guarded(self.session.held_entries, stage="probe", code="forward-error", what="ModelNew.state_dict",
-                       source_file=self._source())
+        return self._write_state(zip(request.names, values), request.how, self.session.held)
 
     def _write_state(self, changed: Iterable[tuple[str, torch.Tensor]], how: str, held: dict[str, torch.Tensor], *,
                      fresh: bool = False) -> Reply:
@@ -368,6 +354,12 @@ class Worker:
                                  source_file=self._source())
                 if loaded.failure:
                     return _reply([loaded.failure.finding], poisoned=loaded.failure.poisoned)
+                # its own load_state_dict may have swapped the objects: what it holds now is what is changed next
+                again = guarded(session.held_entries, stage="probe", code="forward-error", what="ModelNew.state_dict",
+                                source_file=self._source())
+                if again.failure:
+                    return _reply([again.failure.finding], poisoned=again.failure.poisoned)
+                session.held = again.value
         return _reply([], fingerprint=fingerprint(dict(written), [name for name, _ in written]))
 
     def observe(self, request: protocol.Observe, blobs: list) -> Reply:
@@ -607,7 +599,21 @@ def _load_state(candidate, reference_state: dict) -> Finding | None:
 def _replace_everywhere(module: torch.nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
     """`new` wherever `module` holds `old` as a parameter or buffer: a tensor it ties under several names
     stays tied, as the reference's does when the referee changes it in place."""
-    for owner in module.modules():
+    for owner in _submodules(module):
         for attr, held in [*owner._parameters.items(), *owner._buffers.items()]:
             if held is old:
                 setattr(owner, attr, new)
+
+
+def _submodules(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """`module` and every module below it, each once, found through torch's own records of them (`_modules`),
+    not through `modules()`, which the candidate may override: one that failed only when the judge's change
+    called it made its stale cache the judge's error."""
+    found: dict[int, torch.nn.Module] = {}
+    stack = [module]
+    while stack:
+        owner = stack.pop()
+        if id(owner) not in found:
+            found[id(owner)] = owner
+            stack.extend(child for child in object.__getattribute__(owner, "_modules").values() if child is not None)
+    return list(found.values())

@@ -38,6 +38,9 @@ class Session:
     # in another dtype or on another device (its rounding would make the next change differ), from the
     # construction or from the first values sent for it after ModelNew changed it so
     reference_names: list[str] = field(default_factory=list)
+    # ModelNew's entries as its state_dict gave them at its construction: what the probes change, with none of its
+    # code called again (a candidate dropped its stale cache only when its state_dict was called: the probe's sign)
+    held: dict[str, Any] = field(default_factory=dict)
     reference_parameters: set[str] = field(default_factory=set)
     own_copies: dict[str, torch.Tensor] = field(default_factory=dict)
     reference_bytes: int = 0  # the reference's state's bytes, a tied tensor once

@@ -1,0 +1,60 @@
+"""Whose fault a failure is (twenty-eighth session's red team): a candidate's code shares its worker's process,
+so nothing that process reports may put the fault on the judge, the referee or the problem, whose errors RL
+loops drop rather than count against the candidate; and the probes' changes call none of the candidate's code.
+
+Each test is a real evaluation of a candidate in tests/candidates/blame/ (CPU, small sizes, no timing)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CANDIDATES, SEED, codes
+
+from kerneljudge import findings
+from kerneljudge.pipeline import evaluate
+
+BLAME = CANDIDATES / "blame"
+
+
+def _not_blamed_on_others(result) -> list[str]:
+    return sorted(code for code in codes(result) if not findings.blames_candidate(code)
+                  and code not in ("problem-degenerate", "problem-lint-skipped"))  # (the problem's lint, info/warn)
+
+
+@pytest.mark.parametrize("name", ["forged_reply", "state_dict_raises", "subclass_output"])
+def test_a_fault_the_worker_reports_for_the_judge_or_the_problem_is_the_candidates(fast, name):
+    """A reply forged through the worker's channel (`problem-error`), an override of `state_dict` the worker's
+    own code called, an output whose methods fail in the worker's description of it: each was reported as the
+    problem's or the judge's fault. The judge reads every worker reply after the candidate's import as the
+    candidate's: `worker-fault`, the candidate's error."""
+    result = evaluate(SEED, BLAME / f"{name}.py", fast)
+    assert result.verdict == "error" and "worker-fault" in codes(result), [(f.code, f.message) for f in result.findings]
+    assert _not_blamed_on_others(result) == [], _not_blamed_on_others(result)
+
+
+def test_a_forged_build_reply_is_tampering_and_the_judge_writes_its_result(fast):
+    result = evaluate(SEED, BLAME / "forged_build.py", fast)
+    assert result.verdict == "fail" and "tampering" in codes(result), [(f.code, f.message) for f in result.findings]
+
+
+def test_an_exception_whose_text_cannot_be_read_is_the_forwards_error(fast):
+    result = evaluate(SEED, BLAME / "unprintable_error.py", fast)
+    assert "forward-error" in codes(result) and _not_blamed_on_others(result) == [], codes(result)
+
+
+@pytest.mark.parametrize("name", ["stale_until_state_dict", "modules_raises_for_judge"])
+def test_the_probes_change_the_parameters_without_calling_the_candidates_code(fast, name):
+    """A stale cache dropped only when the candidate's `state_dict` is called (the probes called it before each
+    change: it passed), or hidden behind a `modules()` that raises when the worker's swap of new objects calls
+    it (a judge error): the probes change the entries ModelNew's state_dict gave at its construction, found again
+    through torch's own records, and see the cache stale."""
+    result = evaluate(SEED, BLAME / f"{name}.py", fast)
+    assert result.verdict == "fail" and "stale-parameters" in codes(result), \
+        [(f.code, f.message) for f in result.findings]
+
+
+def test_an_output_of_the_wrong_structure_is_judged_from_its_description(fast):
+    """An output of the wrong shape, about half the processes' memory limit: the referee ran out of memory unpacking
+    it (a judge error); it now sees the wrong shape in the description and unpacks nothing."""
+    result = evaluate(SEED, BLAME / "wrong_shape_half_the_memory.py",
+                      fast.replace(worker={"memory_limit_mb": 3000}, check={"trials": 1}))
+    assert result.verdict == "fail" and "output-shape" in codes(result), [(f.code, f.message) for f in result.findings]
