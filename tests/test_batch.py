@@ -23,6 +23,7 @@ from kerneljudge.batch.backend import Job
 from kerneljudge.batch.gate import DeviceGate, Holder
 from kerneljudge.batch.journal import FILE_NAME, Journal
 from kerneljudge.batch.local import local_devices
+from kerneljudge.batch.runner import local_batch
 from kerneljudge.batch.scheduler import Scheduler
 from kerneljudge.builder import BuildOutcome
 from kerneljudge.options import Options
@@ -407,3 +408,32 @@ def test_batched_env_step(tmp_path, fast):
     steps = env.step_many([WRONG, GOOD], lanes=2)
     assert [s.info["verdict"] for s in steps] == ["fail", "pass"]
     assert steps[1].reward > steps[0].reward > 0 and all(s.done for s in steps)
+
+
+def test_a_resumed_batch_names_each_job_anew_copies_and_added_files_included(tmp_path, fast):
+    """A red team's two resumes: a byte-identical copy of a judged candidate (its key the same) was skipped and its
+    result lost (its slot showed the other's line; eval_results.json and the CSV left it out), and a file added
+    before the judged ones numbered its sample as a judged one was (two samples under one number). Each skipped
+    job now has the journal's line under its own names: the copy's verdict is the original's, not judged again,
+    and the samples are numbered as this run numbers them."""
+    problem = tmp_path / "scaled_relu.py"
+    problem.write_text(PROBLEM)
+    judged, copy, added = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "0.py"
+    judged.write_text(GOOD)
+    copy.write_text(GOOD)
+    added.write_text(GOOD.replace("clamp_min(x * self.scale, 0.0)", "relu(x * self.scale)"))
+    journal, options = tmp_path / "journal", fast.replace(probes=False)
+
+    def entries(*files):
+        return [{"problem": str(problem), "solution": str(f), "id": f.stem} for f in files]
+
+    with local_batch(entries(judged), options, lanes=1, journal_dir=journal) as batch:
+        assert [line["sample_id"] for _, line in batch] == [0]
+    with local_batch(entries(added, judged, copy), options, lanes=1, journal_dir=journal) as batch:
+        fresh = [line["id"] for _, line in batch]
+        lines = {line["id"]: line for line in batch.lines()}
+    assert fresh == ["0"]  # the copy and the earlier one not judged again
+    assert {name: line["sample_id"] for name, line in lines.items()} == {"0": 0, "a": 1, "b": 2}
+    assert lines["b"]["verdict"] == lines["a"]["verdict"] == "pass" and lines["b"]["solution"] == str(copy.resolve())
+    samples = export.eval_results(list(lines.values()))[None][problem.stem]
+    assert [entry["sample_id"] for entry in samples] == [0, 1, 2]

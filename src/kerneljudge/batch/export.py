@@ -30,15 +30,21 @@ def line_of(finished: Finished) -> dict[str, Any]:
     timing = result.timing or {}
     compiled = not any(f.blocking and f.stage in ("load", "build") for f in result.findings)
     return jsonsafe({
-        "id": job.id, "key": job.key, "problem": result.problem.get("name") or job.problem_json.get("name"),
-        "level": job.level, "problem_id": job.problem_id, "sample_id": job.sample_id,
-        "solution": str(job.solution), "sha256": job.sha256, "lane": finished.lane, "verdict": result.verdict,
+        **naming(job), "key": job.key, "problem": result.problem.get("name") or job.problem_json.get("name"),
+        "sha256": job.sha256, "lane": finished.lane, "verdict": result.verdict,
         "compiled": compiled, "correct": result.correct,
         "runtime_ms": (timing.get("candidate") or {}).get("mean_ms"), "speedup": result.speedup,
         "codes": [f.code for f in result.findings], "build_ms": round(finished.build_ms, 1),
         "judge_ms": round(finished.judge_ms, 1), "waited_ms": round(finished.waited_ms, 1),
-        "stage_ms": result.stage_ms, "labels": job.labels, "result": result.to_json(),
+        "stage_ms": result.stage_ms, "result": result.to_json(),
     })
+
+
+def naming(job) -> dict[str, Any]:
+    """How a job is named in the exports (its id, KernelBench's numbers, its file, its labels): a line the
+    journal kept for the same key (the same content judged alike) is named anew for each job it stands for."""
+    return jsonsafe({"id": job.id, "level": job.level, "problem_id": job.problem_id, "sample_id": job.sample_id,
+                     "solution": str(job.solution), "labels": job.labels})
 
 
 def public(line: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ class BatchRun:
         self.jobs = list(jobs)
         self.journal = journal
         done = journal.done if journal is not None else {}
-        self.skipped = [done[job.key] for job in self.jobs if job.key in done]
+        self.skipped = [self._named(done[job.key], job) for job in self.jobs if job.key in done]
         self.todo = [job for job in self.jobs if job.key not in done]
         self.store_path = store_path
         self.run_id = run_id or (journal.run_id if journal is not None else None)
@@ -38,6 +38,16 @@ class BatchRun:
         self.fresh: list[dict] = []
         self.clock = clock
         self.started_s = clock()
+
+    def _named(self, line: dict, job: Job) -> dict:
+        """The journal's line for `job`'s key, as this run names the job: where it names it otherwise (a line
+        judged for a byte-identical copy, a file renamed, a sample numbered anew because files were added), the
+        line again under this job's names, appended (a copy's result had been dropped, and two samples filed
+        under one number)."""
+        named = {**line, **export.naming(job)}
+        if named != line:
+            self.journal.append(named)
+        return named
 
     def __iter__(self) -> Iterator[tuple[Finished, dict]]:
         for finished in self.scheduler.run(self.todo):
