@@ -317,6 +317,18 @@ def test_claims_that_are_honest_only_while_the_judge_confirms_are_not_believed(f
     assert result.timing["cross_check"]["paired_rounds"] == measure.CONFIRM_ROUNDS + measure.CONFIRM_MORE_ROUNDS
 
 
+def test_times_false_only_outside_the_turns_are_replaced_by_the_turns(fast, monkeypatch):
+    # a red team's candidate told the turns by the gaps between its calls; this one by their indices (the
+    # measurement's are 0..23 under SHORT_TIMING, the turns' go on from there): cleared in the turns, its claimed
+    # 1 ms had been reported
+    monkeypatch.setenv("KJ_TEST_LIE_BELOW", str(SHORT_TIMING["max_runs"]))
+    result = judge(fast, "honest_in_turns", timing=SHORT_TIMING)
+    check = result.timing["cross_check"]
+    assert check["excess_ms"] > check["tolerance_ms"] and check["paired_excess_ms"] <= check["paired_tolerance_ms"], check
+    assert "timing-from-turns" in {f.code for f in result.findings}
+    assert result.timing["candidate"]["median_ms"] >= 50.0  # the 100 ms sleep, not the 1 ms it claimed
+
+
 def test_the_same_slow_candidate_with_honest_times_passes(fast):
     result = judge(fast, "slow_honest", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]

@@ -254,6 +254,11 @@ def _specs() -> dict[str, Spec]:
         Spec("problem-too-large", "error", "The problem itself cannot fit on the device",
              "Judge it at smaller sizes (--set, --preset) or on a device with more memory: the referee and the "
              "worker each hold the parameters, the inputs and the outputs."),
+        Spec("timing-from-turns", "info", "The times reported are those measured while the candidate and the "
+             "reference took turns",
+             "Nothing to fix when the machine was busy while the candidate was timed alone (its batches' wall time "
+             "then exceeds the times measured in them); a candidate whose times differ when it takes turns with the "
+             "reference gets the turns' times."),
         Spec("stochastic-reference", "info", "The reference draws random numbers in forward",
              "Nothing to fix: the generators are seeded alike before the reference's and the candidate's calls, "
              "so draw the same numbers in the same order (torch.randn with the reference's shapes and device)."),

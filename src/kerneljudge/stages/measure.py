@@ -557,13 +557,21 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     per_call = candidate
     candidate = _unskewed(j, candidate, timer.batch)
     stats = candidate.stats
-    _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
     for name, figures in baselines.figures.items():  # a speedup is only as certain as the baseline it divides
         if figures and name not in baselines.cached:
             rel_sem = figures.get("rel_sem")  # None (not finite) after a single run
             _warn_if_noisy(j, f"baseline {name}, so the speedup against it too: ",
                            math.inf if rel_sem is None else rel_sem, figures.get("n"), None, BASELINES)
-    slack = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
+    slack, in_turns = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
+    if in_turns:  # its first times were not explained: those it gave while the two took turns are reported
+        per_call = dataclasses.replace(per_call, samples_ms=tuple(in_turns), stats=timing.Stats.from_samples(in_turns))
+        candidate = _unskewed(j, per_call, timer.batch)
+        stats = candidate.stats
+        j.findings.append(Finding.of(
+            "timing-from-turns", f"the candidate's timed batches took {slack['excess_ms']:.4g} ms per call more than "
+            f"its reported times explain (tolerance {slack['tolerance_ms']:.3g} ms), and not when it and the reference "
+            f"took turns ({slack['paired_rounds']} rounds): the times reported are those of the turns", stage=STAGE))
+    _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines.figures, baselines.cached,
                    samples_are="calls" if candidate is per_call else "batch means",
@@ -700,16 +708,19 @@ def _agrees(median_ms: float, then_ms) -> bool:
 
 
 def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | None, median_ms: float,
-                 clock_ms: Callable[[], float]) -> dict:
+                 clock_ms: Callable[[], float]) -> tuple[dict, list[float] | None]:
     """The candidate's unexplained time per call against the reference's under the same loop, measured before
     it (the eager baseline; torch.compile's, when not cached, comes between). An excess beyond the tolerance is
     looked at again, with the two taking turns (`_confirm`), before the candidate is accused: another process
     loading the machine while only the candidate was timed (or the machine's conditions drifting since the
-    reference was) is not the candidate's doing."""
+    reference was) is not the candidate's doing. Cleared so, the times it gave in the turns are the ones
+    returned to report (else None): a candidate that told the turns by the gaps between its calls (the
+    reference's batch and a rest between two of its own) gave false times only outside them, and its first
+    times had been reported."""
     if not candidate.slacks_ms:  # every batch the budget allowed was watched
-        return {"slack_ms": None, "reference_slack_ms": None}
+        return {"slack_ms": None, "reference_slack_ms": None}, None
     if reference is None or not reference.slacks_ms:
-        return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}
+        return {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": None}, None
     pooled = reference.slacks_ms
     reference_ms = _median(pooled)
     excess = candidate.slack_ms - reference_ms
@@ -717,19 +728,19 @@ def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | No
     result = {"slack_ms": round(candidate.slack_ms, 6), "reference_slack_ms": round(reference_ms, 6),
               "excess_ms": round(excess, 6), "tolerance_ms": round(tolerance, 6)}
     if excess <= tolerance:
-        return result
+        return result, None
     # the evidence, batch by batch, when the candidate's claims are looked at again (at most BATCHES_SHOWN each)
     result.update(batch_slacks_ms=[round(x, 4) for x in candidate.slacks_ms[:BATCHES_SHOWN]],
                   reference_batch_slacks_ms=[round(x, 4) for x in pooled[:BATCHES_SHOWN]],
                   calls_per_batch=candidate.batch, reference_calls_per_batch=reference.batch)
     try:
-        paired_excess, paired_tolerance, rounds = _confirm(j, candidate, median_ms, clock_ms)
+        paired_excess, paired_tolerance, rounds, in_turns = _confirm(j, candidate, median_ms, clock_ms)
     except TimedCallFailed:
         j.findings.extend(candidate.findings)
-        return result
+        return result, None
     except protocol.Untrusted as exc:
         j.findings.append(Finding.of("tampering", f"the candidate timing's reply was malformed: {exc}", stage=STAGE))
-        return result
+        return result, None
     result.update(paired_excess_ms=round(paired_excess, 6), paired_tolerance_ms=round(paired_tolerance, 6),
                   paired_rounds=rounds)
     if paired_excess > paired_tolerance:
@@ -738,33 +749,38 @@ def _cross_check(j: Judging, candidate: RemoteTimer, reference: RemoteTimer | No
             f"explain (the reference's batches under the same loop: {reference_ms:.4g} ms unexplained; "
             f"tolerance {tolerance:.3g} ms), and {paired_excess:.4g} ms more when the two took turns {rounds} times "
             f"(tolerance {paired_tolerance:.3g} ms): its reported times are not believed", stage=STAGE, **result))
-    return result
+        return result, None
+    return result, in_turns
 
 
-def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float, clock_ms) -> tuple[float, float, int]:
+def _confirm(j: Judging, candidate: RemoteTimer, median_ms: float,
+             clock_ms) -> tuple[float, float, int, list[float]]:
     """CONFIRM_ROUNDS rounds of one candidate batch and one reference batch in turn, every input set
     refilled (CONFIRM_MORE_ROUNDS more while the excess is over the tolerance): the median of the paired slack
-    differences, its tolerance (from the reference's spread) and the number of rounds."""
+    differences, its tolerance (from the reference's spread), the number of rounds and the candidate's times
+    in them."""
     opts = j.options.timing
     j.take(j.referee.call(protocol.TimeSetup("calibration", [fresh_seed() for _ in range(opts.input_sets)],
                                              _method(j.device, opts))), STAGE)
     reference = RemoteTimer(j.referee, candidate.batch, clock_ms, candidate.pacer)  # one pause between any two
     candidate.watch_left = 0  # every round's slack is paired
-    differences, reference_slacks = [], []
+    differences, reference_slacks, in_turns = [], [], []
     start = candidate.next_call  # the indices go on from the measurement's: a worker cannot tell these batches apart
     for rounds in (CONFIRM_ROUNDS, CONFIRM_MORE_ROUNDS):
         for _ in range(rounds):
             first = start + len(differences) * candidate.batch
             for timer in (candidate, reference):
                 timer.refills.update({first + k: fresh_seed() for k in range(candidate.batch)})
-                timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
+                samples = timer.time_calls([timing.IterationCall(_nothing, first + k) for k in range(candidate.batch)])
+                if timer is candidate:
+                    in_turns += samples
             differences.append(candidate.slacks_ms[-1] - reference.slacks_ms[-1])
             reference_slacks.append(reference.slacks_ms[-1])
         excess = _median(differences)
         tolerance = _tolerance(j, median_ms, _median(reference_slacks), reference_slacks)
         if excess <= tolerance:
             break
-    return excess, tolerance, len(differences)
+    return excess, tolerance, len(differences), in_turns
 
 
 def _tolerance(j: Judging, median_ms: float, reference_ms: float, reference_slacks: list[float]) -> float:
