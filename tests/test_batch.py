@@ -437,3 +437,7 @@ def test_a_resumed_batch_names_each_job_anew_copies_and_added_files_included(tmp
     assert lines["b"]["verdict"] == lines["a"]["verdict"] == "pass" and lines["b"]["solution"] == str(copy.resolve())
     samples = export.eval_results(list(lines.values()))[None][problem.stem]
     assert [entry["sample_id"] for entry in samples] == [0, 1, 2]
+    written = len(Journal(journal).lines)
+    with local_batch(entries(added, judged, copy), options, lanes=1, journal_dir=journal) as batch:
+        assert [line for _, line in batch] == [] and len(batch.lines()) == 3
+    assert len(Journal(journal).lines) == written  # named as before: nothing appended again

@@ -7,9 +7,12 @@ Each test is a real evaluation of a candidate in tests/candidates/blame/ (CPU, s
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import CANDIDATES, SEED, codes
 
 from kerneljudge import findings
+from kerneljudge.proc import tensorwire
+from kerneljudge.referee import compare
 from kerneljudge.pipeline import evaluate
 
 BLAME = CANDIDATES / "blame"
@@ -52,9 +55,30 @@ def test_the_probes_change_the_parameters_without_calling_the_candidates_code(fa
         [(f.code, f.message) for f in result.findings]
 
 
+def test_a_parameter_registered_anew_after_construction_is_the_one_the_probes_change(fast):
+    result = evaluate(SEED, BLAME / "repacked_at_first_call.py", fast)
+    assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity in ("fail", "error")]
+
+
 def test_an_output_of_the_wrong_structure_is_judged_from_its_description(fast):
     """An output of the wrong shape, about half the processes' memory limit: the referee ran out of memory unpacking
     it (a judge error); it now sees the wrong shape in the description and unpacks nothing."""
     result = evaluate(SEED, BLAME / "wrong_shape_half_the_memory.py",
                       fast.replace(worker={"memory_limit_mb": 3000}, check={"trials": 1}))
     assert result.verdict == "fail" and "output-shape" in codes(result), [(f.code, f.message) for f in result.findings]
+
+
+def test_a_described_mismatch_names_the_shape_or_the_device_as_an_unpacked_one_would():
+    """The description's verdict is the one the tensors' would be: a tuple's second tensor of the wrong shape is
+    `output-shape`, a tensor on another device `output-device` (a review found both said `output-type`, as if the
+    tensors could not be carried, when the described outputs went on to the full comparison)."""
+    def mismatch(output, reference, **fact):
+        description, _ = tensorwire.describe_output(output)
+        description["tensors"][-1].update(fact)
+        received = compare.Received(*tensorwire.described_output(description), str(description.get("type", "")))
+        found = compare.described_mismatch(0, received, compare.Outline.of(reference))
+        return found and [f.code for f in found.findings]
+
+    assert mismatch((torch.zeros(4, 3), torch.zeros(7)), (torch.zeros(4, 3), torch.zeros(5))) == ["output-shape"]
+    assert mismatch(torch.zeros(4, 3), torch.zeros(4, 3), device="cuda:0") == ["output-device"]
+    assert mismatch(torch.zeros(4, 3), torch.zeros(4, 3)) is None

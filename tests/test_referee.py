@@ -329,6 +329,16 @@ def test_times_false_only_outside_the_turns_are_replaced_by_the_turns(fast, monk
     assert result.timing["candidate"]["median_ms"] >= 50.0  # the 100 ms sleep, not the 1 ms it claimed
 
 
+def test_times_from_turns_whose_outputs_are_unchecked_never_shorten_the_report(fast, monkeypatch):
+    # the turns' calls are timed, not checked: one that idles there and returns its last output is reported at
+    # its measured (checked) times, the slower of the two
+    monkeypatch.setenv("KJ_TEST_LIE_BELOW", str(SHORT_TIMING["max_runs"]))
+    result = judge(fast, "idle_in_turns", timing=SHORT_TIMING)
+    assert result.timing["cross_check"]["excess_ms"] > result.timing["cross_check"]["tolerance_ms"]
+    assert "timing-from-turns" not in {f.code for f in result.findings}
+    assert result.timing["candidate"]["median_ms"] >= 50.0  # the 100 ms sleep of the measured calls
+
+
 def test_the_same_slow_candidate_with_honest_times_passes(fast):
     result = judge(fast, "slow_honest", timing=SHORT_TIMING)
     assert result.verdict == "pass", [(f.code, f.message) for f in result.findings if f.severity != "info"]

@@ -257,8 +257,8 @@ def _specs() -> dict[str, Spec]:
         Spec("timing-from-turns", "info", "The times reported are those measured while the candidate and the "
              "reference took turns",
              "Nothing to fix when the machine was busy while the candidate was timed alone (its batches' wall time "
-             "then exceeds the times measured in them); a candidate whose times differ when it takes turns with the "
-             "reference gets the turns' times."),
+             "then exceeds the times measured in them); a candidate slower when it takes turns with the reference "
+             "gets the turns' times."),
         Spec("stochastic-reference", "info", "The reference draws random numbers in forward",
              "Nothing to fix: the generators are seeded alike before the reference's and the candidate's calls, "
              "so draw the same numbers in the same order (torch.randn with the reference's shapes and device)."),

@@ -257,7 +257,7 @@ class Options:
         still the user's: hidden, as other candidates' sources: the default store's folder whole, a store elsewhere
         with its journal files, `stores`), the judge server's socket (hidden: there the worker could ask for
         evaluations)."""
-        store = (Path(self.store_path),) if self.store_path else ()
+        store = (Path(self.store_path).expanduser(),) if self.store_path else ()
         try:  # (the default store's folder is the judge's own: a journal made there after the worker started too)
             folder = (_home_store_path().parent,)
         except RuntimeError:  # no home directory: no default store there

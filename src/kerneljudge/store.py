@@ -302,9 +302,9 @@ class HeldOpen:
         self.connections: list[sqlite3.Connection] = []
         for path in paths:
             try:  # (a store that cannot be made holds nothing to read; the run's record stage says so)
-                Store(path)
+                made = Store(path)
                 # (closed by whichever thread ends the worker: a batch lane's, or its pool's at the end)
-                connection = sqlite3.connect(path, check_same_thread=False)
+                connection = sqlite3.connect(made.path, check_same_thread=False)
             except (StoreError, sqlite3.Error):
                 continue
             self.connections.append(connection)

@@ -29,8 +29,9 @@ class BatchRun:
                  clock: Callable[[], float] = time.monotonic):
         self.jobs = list(jobs)
         self.journal = journal
-        done = journal.done if journal is not None else {}
-        self.skipped = [self._named(done[job.key], job) for job in self.jobs if job.key in done]
+        done = dict(journal.done) if journal is not None else {}
+        own = {line["id"]: line for line in journal.lines} if journal is not None else {}  # each id's latest
+        self.skipped = [self._named(done[job.key], own.get(job.id), job) for job in self.jobs if job.key in done]
         self.todo = [job for job in self.jobs if job.key not in done]
         self.store_path = store_path
         self.run_id = run_id or (journal.run_id if journal is not None else None)
@@ -39,14 +40,15 @@ class BatchRun:
         self.clock = clock
         self.started_s = clock()
 
-    def _named(self, line: dict, job: Job) -> dict:
-        """The journal's line for `job`'s key, as this run names the job: where it names it otherwise (a line
-        judged for a byte-identical copy, a file renamed, a sample numbered anew because files were added), the
-        line again under this job's names, appended (a copy's result had been dropped, and two samples filed
-        under one number)."""
+    def _named(self, line: dict, own: dict | None, job: Job) -> dict:
+        """The journal's line for `job`'s key, as this run names the job: its own latest line where that has the
+        key and the names; else (a line judged for a byte-identical copy, a file renamed, a sample numbered anew
+        because files were added) the key's line again under this job's names, appended (a copy's result had
+        been dropped, and two samples filed under one number)."""
+        if own is not None and own["key"] == job.key and own == {**own, **export.naming(job)}:
+            return own
         named = {**line, **export.naming(job)}
-        if named != line:
-            self.journal.append(named)
+        self.journal.append(named)
         return named
 
     def __iter__(self) -> Iterator[tuple[Finished, dict]]:

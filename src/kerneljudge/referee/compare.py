@@ -181,6 +181,14 @@ def structure_problem(received: Received, outline: Outline, *, unpacked: bool = 
     return None
 
 
+def described_mismatch(index: int, received: Received, outline: Outline) -> Comparison | None:
+    """The trial failed on the output's structure as its description tells it (`tensorwire.described_output`: no
+    tensor unpacked yet), else None: a wrong-shaped output of half the referee's memory limit ran it out of memory
+    being unpacked before its shape was seen, a judge error."""
+    problem = structure_problem(received, outline, unpacked=False)
+    return None if problem is None else Comparison(Trial(index, False, message=problem.message), [problem])
+
+
 def compare(index: int, received: Received, outline: Outline, ref_out, ref64_out, atol: float, rtol: float, *,
             verdict_only: bool = False) -> Comparison:
     """Compare one trial's outputs with the reference's (`outline`: its structure); ref64_out may be None when

@@ -201,14 +201,15 @@ class Referee:
         kept = self.session.kept.get(request.seed) if request.keep else self.session.kept.pop(request.seed, None)
         if kept is None:
             raise ValueError(f"no inputs were drawn for seed {request.seed}")
+        mismatch = None
         try:
             with contextlib.ExitStack() as stack:
                 if request.held:
                     received, inputs_after, _ = self.held.pop(request.index)
-                else:  # an output of the wrong structure is not unpacked: its description says enough (a wrong-shaped
-                    # output of half the referee's memory limit ended the referee's comparison, a judge error)
+                else:  # an output of the wrong structure is not unpacked: its description says enough
                     received, inputs_after = _as_received(request.output, tensorwire.described_output(request.output)), None
-                    if compare.structure_problem(received, kept.outline, unpacked=False) is None:
+                    mismatch = compare.described_mismatch(request.index, received, kept.outline)
+                    if mismatch is None:
                         received = stack.enter_context(self._received_in_place(request.output, blobs))
                 if (request.inputs_after is not None or inputs_after is not None) and kept.inputs is None:
                     raise ValueError(f"the inputs of seed {request.seed} were not kept for a comparison")
@@ -218,13 +219,15 @@ class Referee:
                     mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs,
                                                                                        request.inputs_after, blobs)
                 blobs.clear()  # the received bytes are unpacked into tensors: not held twice while comparing
-                return self._compared(request, kept, received, mutated)
+                return self._compared(request, kept, received, mutated, mismatch)
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []
 
-    def _compared(self, request: protocol.Compare, kept, received: compare.Received, mutated: bool) -> Reply:
-        """The comparison `request` asks for of the candidate's output with the expectation `kept`."""
+    def _compared(self, request: protocol.Compare, kept, received: compare.Received, mutated: bool,
+                  mismatch: compare.Comparison | None = None) -> Reply:
+        """The comparison `request` asks for of the candidate's output with the expectation `kept` (`mismatch`: its
+        structure's failure, seen from its description)."""
         findings: list[Finding] = []
         if mutated:
             timed = request.rule == "timed"
@@ -235,7 +238,9 @@ class Referee:
             raise ValueError(f"the native output of seed {request.seed} was let go within the tolerance "
                              f"{self.session.tolerance}, not {(request.atol, request.rtol)}")
         outline = kept.outline
-        if request.rule == "kernelbench":
+        if mismatch is not None:
+            result = mismatch
+        elif request.rule == "kernelbench":
             result = compare.compare_allclose(request.index, received, outline, kept.expected, request.atol,
                                               request.rtol)
         elif request.rule == "range":

@@ -286,10 +286,11 @@ class Worker:
         time as new objects ("replace") or under the same objects ("data"), or loaded through its state dict
         ("state-dict")."""
         session = self.session
-        reply = self._write_state(perturbation(session.reference_values(session.held), session.reference_parameters,
+        held = self._held()
+        reply = self._write_state(perturbation(session.reference_values(held), session.reference_parameters,
                                                request.seed, request.names, replace=request.how == "replace",
                                                device=self.device, copy=request.how != "in-place"),
-                                  request.how, session.held, fresh=True)
+                                  request.how, held, fresh=True)
         if request.how != "in-place" and self.device.type == "cuda":
             torch.cuda.empty_cache()  # the old copies' blocks to the device: the referee takes its parameters back
         return reply
@@ -297,14 +298,25 @@ class Worker:
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         """The referee's range move of a state entry (or its undoing), made alike here, in place."""
         transform = Transform.from_json(request.transform) if request.transform else None
-        values = self.session.reference_values(self.session.held)
+        held = self._held()
+        values = self.session.reference_values(held)
         names = move(values, self.session.range_originals, transform)
-        return self._write_state(((name, values[name]) for name in names), "in-place", self.session.held)
+        return self._write_state(((name, values[name]) for name in names), "in-place", held)
 
     def sync_state(self, request: protocol.SyncState, blobs: list) -> Reply:
         """The reference's entries as the referee holds them, written into ModelNew."""
         values = tensorwire.unpack_values(request.state, blobs, self.device)
-        return self._write_state(zip(request.names, values), request.how, self.session.held)
+        return self._write_state(zip(request.names, values), request.how, self._held())
+
+    def _held(self) -> dict[str, torch.Tensor]:
+        """ModelNew's entries now, by the names its state_dict gave at its construction (Session.held), each found
+        again through torch's own records of it (`_entries`): one registered anew since (a layout converted at its
+        first call) is the one changed, and none of its code is called (a stale cache dropped only when its
+        state_dict was called passed)."""
+        session = self.session
+        now = _entries(session.candidate) if isinstance(session.candidate, torch.nn.Module) else {}
+        session.held = {**session.held, **{name: t for name, t in now.items() if name in session.held}}
+        return session.held
 
     def _write_state(self, changed: Iterable[tuple[str, torch.Tensor]], how: str, held: dict[str, torch.Tensor], *,
                      fresh: bool = False) -> Reply:
@@ -606,14 +618,31 @@ def _replace_everywhere(module: torch.nn.Module, old: torch.Tensor, new: torch.T
 
 
 def _submodules(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """`module` and every module below it, each once, found through torch's own records of them (`_modules`),
-    not through `modules()`, which the candidate may override: one that failed only when the judge's change
-    called it made its stale cache the judge's error."""
-    found: dict[int, torch.nn.Module] = {}
-    stack = [module]
+    """`module` and every module below it, each once (`_walk`)."""
+    return list({id(owner): owner for _, owner, _ in _walk(module)}.values())
+
+
+def _entries(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Its parameters and persistent buffers under state_dict's names (`_walk`)."""
+    found: dict[str, torch.Tensor] = {}
+    for prefix, _, records in _walk(module):
+        transient = records.get("_non_persistent_buffers_set") or set()
+        found.update((prefix + name, t) for name, t in (records.get("_parameters") or {}).items() if t is not None)
+        found.update((prefix + name, t) for name, t in (records.get("_buffers") or {}).items()
+                     if t is not None and name not in transient)
+    return found
+
+
+def _walk(module: torch.nn.Module, depth: int = 64):
+    """(name prefix, module, its records) for `module` and each module below it under each of its names, found
+    through torch's own records (`_modules`, `_parameters`, `_buffers` in the instance's dict), not through the
+    methods the candidate may override (`modules()`, `state_dict()`: one raised only when the judge's change
+    called it, and its stale cache became the judge's error; another dropped its cache only then)."""
+    stack = [("", module, 0)]
     while stack:
-        owner = stack.pop()
-        if id(owner) not in found:
-            found[id(owner)] = owner
-            stack.extend(child for child in object.__getattribute__(owner, "_modules").values() if child is not None)
-    return list(found.values())
+        prefix, owner, level = stack.pop()
+        records = object.__getattribute__(owner, "__dict__")
+        yield prefix, owner, records
+        if level < depth:
+            stack.extend((f"{prefix}{name}.", child, level + 1) for name, child in (records.get("_modules") or {}).items()
+                         if child is not None)
