@@ -6,11 +6,15 @@ Each test is a real evaluation of a candidate in tests/candidates/blame/ (CPU, s
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import pytest
 import torch
 from conftest import CANDIDATES, SEED, codes
 
-from kerneljudge import findings
+from kerneljudge import channel, findings
 from kerneljudge.proc import tensorwire
 from kerneljudge.referee import compare
 from kerneljudge.pipeline import evaluate
@@ -82,3 +86,38 @@ def test_a_described_mismatch_names_the_shape_or_the_device_as_an_unpacked_one_w
     assert mismatch((torch.zeros(4, 3), torch.zeros(7)), (torch.zeros(4, 3), torch.zeros(5))) == ["output-shape"]
     assert mismatch(torch.zeros(4, 3), torch.zeros(4, 3), device="cuda:0") == ["output-device"]
     assert mismatch(torch.zeros(4, 3), torch.zeros(4, 3)) is None
+
+
+SHORT_TIMING = {"enabled": True, "baselines": False, "min_runs": 24, "max_runs": 24, "target_rel_sem": 0.0,
+                "min_time_ms": 0.0, "budget_ms": 1e7}
+
+
+@pytest.mark.parametrize("op, reply, code", [
+    # a timed batch answered with a warning alone: the turns ended early and the first, false times were kept
+    ("time-batch", {"findings": [{"code": "timing-noisy", "message": "a hiccup", "stage": "timing"}]}, "tampering"),
+    # a finding of a code the catalog does not know, as the reply's own severity had it: the judge's KeyError
+    ("time-batch", {"findings": [{"code": "made-up", "severity": "info", "message": "m", "fix": ""}]}, "tampering"),
+    # a device said to be missing: the whole batch ended, and every rerun again
+    ("forward", {"usage_error": "device cuda:7 is not there"}, "worker-fault"),
+    # a probe's reply without the field the probe reads: the judge's KeyError
+    ("observe:repeat", {"shared": False}, "tampering"),
+])
+def test_a_forged_reply_ends_in_the_candidates_finding_not_the_judges_end(fast, monkeypatch, op, reply, code):
+    monkeypatch.setenv("KJ_TEST_FORGE_OP", op)
+    monkeypatch.setenv("KJ_TEST_FORGE_REPLY", json.dumps(reply))
+    result = evaluate(SEED, BLAME / "forged_by_request.py", fast.replace(timing=SHORT_TIMING) if op == "time-batch"
+                      else fast)
+    assert code in codes(result) and result.verdict in ("fail", "error"), [(f.code, f.message) for f in result.findings]
+    assert not result.speedup and _not_blamed_on_others(result) == []
+
+
+def test_a_blob_announced_and_never_sent_is_not_allocated_before_it_comes():
+    """A worker announced a blob of 1 TiB and sent nothing: the judge allocated it first (a MemoryError that ended
+    it; 8 GiB was held until the worker's deadline). The buffer grows as bytes arrive."""
+    read_fd, write_fd = os.pipe()
+    message = json.dumps({"_blobs": [1 << 40]}).encode()
+    os.write(write_fd, channel._HEADER.pack(len(message)) + message + b"a few bytes")
+    os.close(write_fd)
+    with pytest.raises(channel.ChannelClosed):
+        channel.receive(read_fd, time.monotonic() + 30)
+    os.close(read_fd)

@@ -19,6 +19,7 @@ from kerneljudge.errors import CandidateError
 from kerneljudge.isolation import WorkerFailure, WorkerProcess
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.records import Build, Finding
+from kerneljudge.stages.context import reply_finding
 
 #: Builders yield the host's cores to judging: in a batch (or on a Ray node) a lane times beside them, and an
 #: honest candidate's host-side time per call grew by 1-4 ms in batches whose builds filled every core (H200 host).
@@ -60,7 +61,7 @@ def build_one(path: Path, options: Options, device: str,
         return BuildOutcome(candidate.path, None, (failure.finding,))
     try:
         info = Build(**protocol.build_info(reply["build"])) if reply.get("build") else None
-        found = tuple(Finding.from_json(f) for f in reply["findings"])
+        found = tuple(reply_finding(f, "build") for f in reply["findings"])
     except (protocol.Untrusted, KeyError, TypeError, ValueError) as exc:
         return BuildOutcome(candidate.path, None, (Finding.of("tampering", f"the worker's reply was malformed: "
                                                               f"{type(exc).__name__}: {exc}", stage="build"),))

@@ -544,20 +544,23 @@ class WorkerProcess:
 
 def _candidates_own(reply: dict[str, Any], op: str) -> dict[str, Any]:
     """A worker's reply once the candidate's code is loaded in its process, with every fault it claims for the
-    judge, the referee or the problem (an `error`, a finding that does not blame the candidate) made the
+    judge, the referee, the user or the problem (an `error`, a `usage_error`: a device not there, which ended a
+    whole batch; a finding that does not blame the candidate) made the
     candidate's: that code could have written the reply (a red team sent its own, with the pending nonce read from
     the worker's frames) or caused it (an override of `state_dict` that raised in the worker's own code)."""
     found = reply.get("findings")
     claimed = [f for f in found if isinstance(f, dict) and not findings.blames_candidate(str(f.get("code")))] \
         if isinstance(found, list) else []
-    if not claimed and not reply.get("error"):
+    if not claimed and not reply.get("error") and not reply.get("usage_error"):
         return reply
-    said = "; ".join(f"{f.get('code')}: {f.get('message')}" for f in claimed) or f"error: {reply.get('error')}"
+    said = "; ".join(f"{f.get('code')}: {f.get('message')}" for f in claimed) or \
+        f"error: {reply.get('error') or reply.get('usage_error')}"
     fault = Finding.of("worker-fault", f"during stage {op} the worker, the candidate's code loaded in it, reported a "
                        f"fault not the candidate's ({said[:2000]}): the candidate's code wrote or caused it",
                        stage=op).to_json()
     kept = [f for f in found if f not in claimed] if isinstance(found, list) else []
-    return {key: value for key, value in reply.items() if key != "error"} | {"findings": [*kept, fault]}
+    return {key: value for key, value in reply.items() if key not in ("error", "usage_error")} | \
+        {"findings": [*kept, fault]}
 
 
 WORKER = "kerneljudge.worker"

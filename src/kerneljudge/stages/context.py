@@ -58,7 +58,7 @@ class Judging:
         found = reply.get("findings") or []
         if not isinstance(found, list):
             found = [{"code": "tampering", "message": "a reply whose findings are not a list"}]
-        new = [_finding(f, stage) for f in found]
+        new = [reply_finding(f, stage) for f in found]
         self.findings.extend(new)
         if any(f.blocking for f in new):
             raise StageEnded()
@@ -124,7 +124,7 @@ class Judging:
             self.take(answer, stage)  # a referee fault ends the stage
         if release:
             self.let_go(reply, stage)
-        findings = [_finding(f, stage) for f in answer.get("findings") or []]
+        findings = [reply_finding(f, stage) for f in answer.get("findings") or []]
         if "trial" not in answer:  # a malformed output: the referee's findings say why
             return Trial(index, False, message="; ".join(f.message for f in findings)), findings, 0
         return Trial.from_json(answer["trial"]), findings, int(answer.get("unwritten", 0))
@@ -160,13 +160,29 @@ def _same_sum(theirs: Any, ours: float) -> bool:
     return math.isclose(theirs, ours, rel_tol=FINGERPRINT_TOLERANCE, abs_tol=0.0)
 
 
-def _finding(data: Any, stage: str) -> Finding:
+def reply_finding(data: Any, stage: str) -> Finding:
     """A finding from a reply, rebuilt from our catalog (severity and fix are the judge's, whatever the reply
-    says); one that is not well formed says so instead of being believed."""
+    says; its details plain values, or lists of them: a red team's nested 900 deep ended the report's printing);
+    one that is not well formed says so instead of being believed."""
     try:
         details = data.get("details") or {}
-        details = {str(k): v for k, v in details.items() if k not in ("code", "message", "stage")} \
-            if isinstance(details, dict) else {}
-        return Finding.of(str(data["code"]), str(data["message"]), stage=str(data.get("stage", stage)), **details)
+        details = {str(k)[:100]: _plain(v) for k, v in list(details.items())[:64]
+                   if k not in ("code", "message", "stage")} if isinstance(details, dict) else {}
+        return Finding.of(str(data["code"]), str(data["message"])[:20_000], stage=str(data.get("stage", stage))[:100],
+                          **details)
     except (KeyError, TypeError, AttributeError):
         return Finding.of("tampering", f"{stage}: a reply carried a malformed finding", stage=stage)
+
+
+def _plain(value: Any, depth: int = 4) -> Any:
+    """A finding's detail as a report can hold it: numbers, short strings, and lists and objects of them a few
+    levels deep."""
+    if isinstance(value, str):
+        return value[:1000]
+    if isinstance(value, (type(None), bool, int, float)):
+        return value
+    if depth > 0 and isinstance(value, list):
+        return [_plain(v, depth - 1) for v in value[:1000]]
+    if depth > 0 and isinstance(value, dict):
+        return {str(k)[:100]: _plain(v, depth - 1) for k, v in list(value.items())[:64]}
+    return "(not kept: not a plain value)"

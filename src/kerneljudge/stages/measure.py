@@ -24,7 +24,7 @@ from kerneljudge import cache, protocol, timing
 from kerneljudge.isolation import WorkerProcess
 from kerneljudge.records import Finding
 from kerneljudge.seeds import fresh_seed
-from kerneljudge.stages.context import Judging, StageEnded
+from kerneljudge.stages.context import Judging, StageEnded, reply_finding
 
 STAGE = "timing"
 BASELINES = "baselines"  # the reference's stage, before the candidate is loaded (`run_baselines`)
@@ -231,7 +231,13 @@ class RemoteTimer:
         self.pacer.last_reply_ms = self.clock_ms()
         wall = self.pacer.last_reply_ms - started
         if reply.get("findings") or reply.get("error"):
-            self.findings = [Finding.from_json(f) for f in reply.get("findings") or []]
+            found = reply.get("findings") if isinstance(reply.get("findings"), list) else []
+            self.findings = [reply_finding(f, STAGE) for f in found]
+            if self.process.role == "worker" and not any(f.blocking for f in self.findings):
+                # a batch ends in times or in a failure that stops the candidate: a reply forged with a warning
+                # alone ended the turns early, and the first (false) times had been kept
+                self.findings.append(Finding.of("tampering", "a timed batch's reply held neither times nor a failure "
+                                                "(forged by candidate code)", stage=STAGE))
             raise TimedCallFailed(reply.get("error") or "a timed call failed")
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
         self.threads = protocol.strings(reply.get("threads", []), "threads") or self.threads
@@ -564,9 +570,10 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                            math.inf if rel_sem is None else rel_sem, figures.get("n"), None, BASELINES)
     slack, in_turns = _cross_check(j, timer, baselines.timer, stats.median_ms, clock_ms)
     turns = timing.Stats.from_samples(in_turns) if in_turns else None
-    # its first times were not explained, and those it gave while the two took turns were: the slower are reported
-    # (the turns' outputs are not checked: a candidate doing no work there claims less, and keeps its first times)
-    if turns is not None and turns.median_ms > stats.median_ms:
+    # its first times were not explained, and those it gave while the two took turns were: where the turns' are
+    # slower beyond what the machine's noise explains (their tolerance), they are reported (never where faster: the
+    # turns' outputs are not checked, and a candidate doing no work there claims less)
+    if turns is not None and turns.median_ms - stats.median_ms > slack["paired_tolerance_ms"]:
         candidate = per_call = dataclasses.replace(per_call, samples_ms=tuple(in_turns), stats=turns)
         j.findings.append(Finding.of(
             "timing-from-turns", f"the candidate's timed batches took {slack['excess_ms']:.4g} ms per call more than "

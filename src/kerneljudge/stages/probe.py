@@ -362,8 +362,11 @@ def run_probes(j: Judging, seed: int) -> None:
                     probe_ms[probe.name] = round((j.worker.clock() - start_s) * 1e3, 1)
     except StageEnded:
         pass
-    except protocol.Untrusted as exc:
-        j.findings.append(Finding.of("tampering", f"a probe's reply from the worker was malformed: {exc}", stage=STAGE))
+    except (protocol.Untrusted, TypeError, ValueError, KeyError, AttributeError) as exc:
+        # (the probes read the worker's replies, which candidate code can forge: a field of another type, or missing,
+        # raised here and ended the judge; `tampering` names the exception, should one be the judge's own bug)
+        j.findings.append(Finding.of("tampering", f"a probe's reply from the worker was malformed: "
+                                     f"{type(exc).__name__}: {exc}", stage=STAGE))
     finally:
         j.info.pop("run_seed", None)
         j.info.pop("trace", None)
