@@ -271,7 +271,13 @@ def write_doc() -> None:
                          "(50.5 s); level3/33 3.04x to 2.09x; level3/32 3.22x, its footprint counting the referee's "
                          "cuBLAS workspace (33 MiB) as the reference's activations, made before that call is "
                          "measured since (not swept again, nor level3/9, 24, 28, 34: no device time was left): "
-                         "5 rows above 3x, from 7.", ""],
+                         "5 rows above 3x, from 7. Twenty-ninth session, on an H100 (`--redo`): level3/9, 24, 28 3.44-3.74x "
+                         "as before (2.09-2.81x less the workspaces); level3/32 14.42x (7.46x less them; 3.22x before "
+                         "only because its footprint then counted a workspace) and 34 10.98x (5.21x): footprints of "
+                         "10-12 MB, under torch's own memory per process (37-68 MiB a request, twenty-fourth session). "
+                         "Level4 "
+                         "is not swept: its problems load pretrained Hugging Face models (`from_pretrained`), and the "
+                         "device has neither `transformers` nor a network.", ""],
                 "cpu-small": ["At these sizes the judge's peak is mostly torch's own working memory (tens of MB per "
                               "process), not the problem's, so the ratio says nothing about large problems: "
                               "`tests/test_memory.py` measures how the peak grows with the footprint instead. "
