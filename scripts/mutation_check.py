@@ -653,6 +653,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("protocol-numbers-unchecked", "protocol.py",
              "    return [number(v, name, low=low, high=high) for v in values]", "    return list(values)",
              (_k(REFEREE, "forged_timing_numbers"),)),
+    Mutation("probe-range-plan-not-kept", "stages/probe.py",
+             "    if plans is not None and key in plans:", "    if False:",
+             (_k("tests/test_batch.py", "range_probes_once"),),
+             "every candidate of a batch plans its range probes afresh (dozens of reference runs each)"),
+    Mutation("pipeline-memo-key-without-problem", "pipeline.py",
+             "cache.key(problem.sha256, problem.constants, options.protocol, device_key)",
+             "cache.key(options.protocol, device_key)",
+             (_k("tests/test_batch.py", "range_probes_once"),),
+             "a lane's range plan kept across problems: another problem's moves (a softmax's shift unmade)"),
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from conftest import codes
-from kerneljudge import api
+from kerneljudge import api, isolation
 from kerneljudge.batch import export
 from kerneljudge.batch.backend import Job
 from kerneljudge.batch.gate import DeviceGate, Holder
@@ -363,6 +363,36 @@ def test_kernelbench_entry_of_a_timed_pass():
     assert entry["runtime_stats"] == {"mean": 1.5, "std": 0.1, "min": 1.2, "max": 2.0, "num_trials": 100,
                                       "hardware": "NVIDIA H200", "device": "cuda:0"}
     assert entry["metadata"]["correctness_trials"] == "(5 / 5)"
+
+
+def test_a_lane_plans_a_problems_range_probes_once_and_the_kept_plan_still_fails_an_approximation(fast, monkeypatch):
+    """The range probes' plan (which inputs and parameters to move so the reference's nonlinear ops see their
+    curved range) is the problem's: a lane makes it at its first candidate of the problem and its later ones take
+    it from the device's memo (stages/context.DeviceMemo), without the referee's dozens of reference runs. Taken
+    so, it still moves GELU's argument across its curved range: the tanh approximation fails."""
+    from conftest import CANDIDATES as FILES, SEED
+
+    shipped = Path(api.__file__).parent / "suite" / "solutions"
+    honest, softmax = (next(shipped.glob(pattern)) for pattern in ("level2/51_*/pytorch.py", "level1/23_*/pytorch.py"))
+    asked = []
+    call = isolation.WorkerProcess.call
+
+    def counted(process, request, blobs=(), **kw):
+        asked.append(request.op)
+        return call(process, request, blobs, **kw)
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", counted)
+    finished = list(api.evaluate_many([(SEED, honest), (SEED, FILES / "probes" / "tanh_gelu.py"),
+                                       ("level1/23", softmax)], fast, lanes=1))
+    first, second, other = sorted(finished, key=lambda f: f.job.id)
+    assert first.result.verdict == "pass", [(f.code, f.message) for f in first.result.findings]
+    made, kept = first.result.probes["ranges"], second.result.probes["ranges"]
+    assert made["plan"] == "made" and kept["plan"] == "kept" and kept["probes"] == made["probes"] and made["probes"]
+    assert second.result.verdict == "fail" and "range-mismatch" in codes(second.result)
+    # another problem on the same lane gets its own plan (a softmax's input shifted by 100 among its moves)
+    assert other.result.verdict == "pass" and other.result.probes["ranges"]["plan"] == "made"
+    assert "input:0 +100" in other.result.probes["ranges"]["probes"] and "input:0 +100" not in made["probes"]
+    assert asked.count("range-plan") == 2  # the referee was asked once per problem
 
 
 def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast):

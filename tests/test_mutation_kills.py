@@ -254,7 +254,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     the kept one, `baseline-disagrees`: the kept figures still give the speedups (this run was made with the
     candidate's code loaded), and the lane forgets them, so its next candidate measures them in full first."""
     from kerneljudge.stages import measure
-    from kerneljudge.stages.context import Judging
+    from kerneljudge.stages.context import DeviceMemo, Judging
 
     medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 9.0]), [], []
 
@@ -272,7 +272,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     monkeypatch.setattr(measure, "_measure", fake_measure)
     j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), SimpleNamespace(frozen=worker_frozen),
                 SimpleNamespace(call=lambda request: {}), "cpu")
-    j.baselines = {}
+    j.memo = DeviceMemo()
 
     def baselines():
         kept = j.kept_baselines("the-problem")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 from conftest import CANDIDATES, SEED
 
@@ -84,8 +85,8 @@ def test_settle_waits_for_the_spares_to_answer_and_drops_a_dead_one(fast):
 def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before_the_timing(fast, monkeypatch):
     """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
     beside the timing inflated the candidate's host time per call (H200). The lane settles them before each
-    stage that times, and does not send them to the device before their own evaluation does (a CUDA start
-    beside another lane's timing). While it times, the workers of the lanes sharing its device are stopped (a
+    stage that times, and sends them to the device (their first ping: CUDA's start) from a thread of its own,
+    each while sharing the device's gate, never beside a timing. While it times, the workers of the lanes sharing its device are stopped (a
     thread a candidate started at import could run beside the timing and slow it), and continued before the
     gate lets any of their requests go; one that ran while stopped is told to its own evaluation."""
     from contextlib import contextmanager
@@ -95,13 +96,23 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     from kerneljudge.batch.backend import Job
     from kerneljudge.batch.gate import DeviceGate
     from kerneljudge.batch.local import LocalLane
+    from kerneljudge.stages.context import DeviceMemo
 
     gate = DeviceGate()
-    lane, other = LocalLane("cpu:0", "cpu", gate, {}), LocalLane("cpu:1", "cpu", gate, {})
+    lane, other = LocalLane("cpu:0", "cpu", gate, DeviceMemo()), LocalLane("cpu:1", "cpu", gate, DeviceMemo())
     lane.prestart = True  # as on a GPU lane
     lane.neighbours = [other]
-    plain_share, shares = gate.share, []
-    monkeypatch.setattr(gate, "share", lambda: shares.append((stages or ["-"])[-1]) or plain_share())
+    plain_share, shares, warmed = gate.share, [], []
+
+    def share():
+        if threading.current_thread().name == "kerneljudge-warm":
+            waited = plain_share()
+            warmed.append((gate.timing, gate.timings_waiting))  # as the spares' pings go out
+            return waited
+        shares.append((stages or ["-"])[-1])
+        return plain_share()
+
+    monkeypatch.setattr(gate, "share", share)
     stages: list[str] = []
     settled: list[tuple[str, int]] = []
     monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
@@ -134,7 +145,8 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     finally:
         lane.close()
     assert result.verdict == "pass" and result.timing
-    assert spares and spares == [None] * len(spares)  # started, not sent to the device
+    assert spares and spares == ["cpu"] * len(spares)  # started, then sent to the device
+    assert warmed == [(False, 0)]  # at once, while sharing the gate: no timing then, none waiting
     # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
     # timing, and let go of all of it at the end
     assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares

@@ -178,7 +178,10 @@ def test_own_kernels_are_counted_however_they_are_reached(fast, cpp_built, name,
 def test_kernel_run_once_outside_forward_is_a_decoy(fast, cpp_built):
     """Called once in __init__ (so it "ran"), never by forward: torch ops do the work."""
     result = judge(fast, "decoy_once", cache_dir=cpp_built[0])
-    assert result.verdict == "fail" and failing(result) == {"decoy-kernel"}, explain(result)
+    # `reference-fallback` where its erf GELU's division counts among the reference's heavy ops: their share of the
+    # reference's profiled time, which a loaded machine shifts (both say its kernels never ran)
+    assert result.verdict == "fail" and failing(result) in ({"decoy-kernel"}, {"reference-fallback"}), explain(result)
+    assert "never ran" in next(f.message for f in result.findings if f.code in ("decoy-kernel", "reference-fallback"))
     assert result.probes["op_trace"]["own_calls"] == {"kj_isolation_residual_gelu.kj_residual_gelu": 0}
 
 

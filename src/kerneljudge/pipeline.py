@@ -36,7 +36,7 @@ from kerneljudge.progress import CLOSING, ProgressEvent, ProgressObserver, ignor
 from kerneljudge.records import Build, Candidate, Finding, Problem, Result, Trial, decide_verdict
 from kerneljudge.stages import check, measure, probe
 from kerneljudge.stages import memory as memory_stage
-from kerneljudge.stages.context import Judging, StageEnded
+from kerneljudge.stages.context import DeviceMemo, Judging, StageEnded
 
 
 @dataclass
@@ -126,11 +126,12 @@ def resolve_solution(solution: str | Path | None, problem: Problem, device_type:
 def evaluate(problem_ref: str | Path, solution: str | Path | None = None, options: Options | None = None, *,
              verb: str = "evaluate", pool: WorkerPool | None = None, on_progress: ProgressObserver = ignore,
              clock_ms: Callable[[], float] = lambda: time.perf_counter() * 1e3,
-             baselines: dict | None = None) -> Result:
+             memo: DeviceMemo | None = None) -> Result:
     """Judge one candidate against one problem, and record the result (options.store_path).
     With a `pool`, the worker comes pre-started from it (see isolation.WorkerPool); `on_progress` is
-    told what each stage is doing (progress.py). `baselines`: the memo a batch keeps per device of the
-    baselines its lanes measured (stages/measure.py), reused by their later candidates of the same problem.
+    told what each stage is doing (progress.py). `memo`: what a batch keeps per device of the baselines its
+    lanes measured and the range plans they made (stages/context.DeviceMemo), reused by their later candidates of
+    the same problem.
 
     Never raises for bad candidate or problem files (they become findings); raises UsageError for
     options that cannot be honoured (an unknown preset or constant, a device that is not there)."""
@@ -156,7 +157,7 @@ def evaluate(problem_ref: str | Path, solution: str | Path | None = None, option
                                        if problem.preset else ""), stage="load"))
     if candidate is not None:
         run.findings.extend(lint.findings(candidate))
-        _judge_in_workers(run, problem, candidate, device, seed, pool, baselines)
+        _judge_in_workers(run, problem, candidate, device, seed, pool, memo)
     result = _result(run, problem, candidate, device, seed, verb)
     if options.store_path is not None:
         _record(result, options, verb, candidate, solution)
@@ -177,7 +178,7 @@ def _record(result: Result, options: Options, verb: str, candidate: Candidate | 
 
 
 def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: str, seed: int,
-                      pool: WorkerPool | None, baselines: dict | None = None) -> None:
+                      pool: WorkerPool | None, memo: DeviceMemo | None = None) -> None:
     """The stages that run code: the candidate in its worker, the reference in the referee (started together,
     both import torch at once); the judge relays data between them and decides."""
     options = run.options
@@ -185,7 +186,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
     worker = pool.take(worker_options, WORKER, device) if pool is not None else WorkerProcess(worker_options)
     referee = pool.take(worker_options, REFEREE, device) if pool is not None else \
         WorkerProcess(worker_options, module=REFEREE)
-    judging = Judging(options, worker, referee, device, on_progress=run.on_progress, baselines=baselines,
+    judging = Judging(options, worker, referee, device, on_progress=run.on_progress, memo=memo,
                       tally=MemoryTally("cuda" if device.startswith("cuda") else "cpu"))
     worker.tally = referee.tally = judging.tally
     closing: dict[str, float] = {}
@@ -206,14 +207,15 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                                                                       share_probe=hello["share_probe"])), "worker")
                 run.memory["outputs_cross"] = _share_outputs(judging, checked)
                 run.device, run.versions = hello["device"], hello["versions"]
+                device_key = cache.key(run.device, run.versions)
+                judging.problem_id = cache.key(problem.sha256, problem.constants, options.protocol, device_key)
                 memory_stage.precheck(judging, problem_data, seed, run.memory)
             with _judged_stage(run, judging, "problem-lint",
                                "checking the problem itself (once per problem and sizes)"):
                 run.findings.extend(problemlint.evaluation_notice(problem, options, device, referee))
             setup = check.start_setup(judging, problem_data, seed, kernelbench=options.protocol == "kernelbench")
-            measured = kept = problem_key = device_key = None
+            measured = kept = problem_key = None
             if options.timing.enabled:
-                device_key = cache.key(run.device, run.versions)
                 problem_key = cache.key(problem.sha256, problem.constants, device_key, dataclasses.asdict(options.timing))
                 kept = judging.kept_baselines(problem_key)  # read once: another lane may forget them meanwhile
                 if kept is None:  # the reference timed before any candidate code runs

@@ -4,13 +4,14 @@ Each lane judges through `pipeline.evaluate` with its own WorkerPool, so every c
 worker and referee (a crash, a hang past the time limit or a poisoned CUDA context ends that
 candidate only; the lane's next candidate starts clean). The lanes of one device (one per GPU by
 default, `per_gpu` more; CPU lanes all share "cpu") share its gate (gate.py): their requests run side by
-side, a timing runs alone; and its baseline memo (a problem's baselines are measured once per device
-and run). Timing also holds the device's timing lock (devicelock.py) against other judges.
+side, a timing runs alone; and its memo (stages/context.DeviceMemo: a problem's baselines are measured, and
+its range probes planned, once per device and run). Timing also holds the device's timing lock (devicelock.py) against other judges.
 
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
-as the current candidate's worker has answered. A spare only imports torch on the host until it is
-taken (it starts CUDA when the next candidate pings it, after the current one ended), so nothing of it
-runs on the GPU while the current candidate is timed, and the lane waits for its spares' start to end
+as the current candidate's worker has answered. Once they have imported torch, a thread of the lane sends
+them their first ping (CUDA's start: 0.75 s on an idle H100; the `worker` stage it was the most of took 3.4-4.2 s
+of a lane's candidate beside four other lanes) while sharing the device's gate, as any request does, so nothing
+of them runs on the GPU while a candidate is timed; the lane waits for its spares' start to end
 before each timing, the reference's and the candidate's (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
 the 16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would;
 another lane's spares may still be starting). While a lane times, the workers of the device's other lanes are
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 import weakref
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,10 +40,11 @@ from typing import Callable, Sequence
 from kerneljudge import builder, pipeline, protocol
 from kerneljudge.batch.backend import Job
 from kerneljudge.batch.gate import HOST_ONLY, TIMED, DeviceGate, Holder
-from kerneljudge.isolation import WORKER, Frozen, WorkerFailure, WorkerPool, WorkerProcess
+from kerneljudge.isolation import WORKER, Frozen, WorkerFailure, WorkerPool, WorkerProcess, first_ping
 from kerneljudge.options import Options, WorkerOptions
 from kerneljudge.progress import ProgressEvent, ProgressObserver
 from kerneljudge.records import Result
+from kerneljudge.stages.context import DeviceMemo
 
 
 class _Tracked:
@@ -68,12 +71,16 @@ class _Tracked:
 
 
 class _LanePool(WorkerPool):
-    """A WorkerPool whose processes in use can be stopped (Ctrl-C) and that starts no spares once stopped."""
+    """A WorkerPool whose processes in use can be stopped (Ctrl-C) and that starts no spares once stopped; on a
+    GPU lane its spares take the device ahead of their evaluation, each while sharing the device's gate (`warm`)."""
 
     def __init__(self, tracked: _Tracked):
         super().__init__()
         self.tracked = tracked
         self.admit: Callable[[], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
+        self.importing = threading.Lock()  # held while the warm-up waits for the spares' imports (`settle`)
+        self.warming: threading.Thread | None = None
+        self.closing = False
 
     def take(self, options: WorkerOptions, module: str = WORKER, device: str | None = None) -> WorkerProcess:
         process = self.tracked.add(super().take(options, module, device))
@@ -81,17 +88,79 @@ class _LanePool(WorkerPool):
         return process
 
     def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
-        """Spares are not sent to the device (their CUDA start is a request of their evaluation's, under the
-        gate: sent at once, it could fall in another lane's timing)."""
+        """Spares are not sent to the device at once (a CUDA start could fall in another lane's timing): `warm`."""
         if not self.tracked.stopped:
             super().fill(options)
 
+    def warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
+        """On a thread: once the spares have imported torch, each takes `device` (its first ping: CUDA's start,
+        off the next evaluation's path: module docstring) while sharing `gate`, so never beside a timing; the
+        evaluation's own first ping then finds the device taken. `ready_for_next` waits for it to end."""
+        self.warming = threading.Thread(target=self._warm, args=(options, device, gate), daemon=True,
+                                        name="kerneljudge-warm")
+        self.warming.start()
+
+    def _warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
+        with self.importing:
+            super().settle()
+        with self._lock:  # out of the pool while they are asked (as in `settle`)
+            if self.closing:
+                return
+            spares = [p for ready in self.ready.values() for p in ready if p.first_device is None]
+            for spare in spares:
+                self.ready[spare.module].remove(spare)
+        taken = []
+        try:
+            gate.share()
+            try:
+                sent = []
+                for spare in spares:  # all at once, as an evaluation starts them
+                    try:
+                        sent.append((spare, spare.submit(first_ping(options, device, spare.module))))
+                    except WorkerFailure:  # (stopped meanwhile, or it died: the next evaluation starts its own)
+                        pass
+                for spare, pending in sent:
+                    try:
+                        spare.collect(pending)
+                    except WorkerFailure:
+                        continue
+                    spare.first_device = device
+                    taken.append(spare)
+            finally:
+                gate.unshare()
+        finally:
+            with self._lock:
+                kept = [p for p in taken if not self.closing]
+                for spare in kept:
+                    self.ready[spare.module].append(spare)
+            for spare in spares:
+                if spare not in kept:  # killed first: closing waits for a live one to end (`close`)
+                    spare.kill()
+                    spare.close()
+
+    def settle(self, clock: Callable[[], float] = time.monotonic) -> float:
+        """As WorkerPool's, the warm-up's wait for the imports included (a spare it asks is not in `ready`)."""
+        started = clock()
+        with self.importing:
+            super().settle(clock)
+        return clock() - started
+
+    def ready_for_next(self) -> float:
+        """Wait for the warm-up to end (its spares back in the pool for the next evaluation); the seconds waited."""
+        started = time.monotonic()
+        if self.warming is not None:
+            self.warming.join()
+            self.warming = None
+        return time.monotonic() - started
+
     def close(self) -> None:
         """Spares never ran candidate code: killed, not waited for (one still importing torch would not
-        see its channel close for seconds)."""
+        see its channel close for seconds); the warm-up's too, which then sends none to the device."""
         with self._lock:
+            self.closing = True
             for spare in [p for ready in self.ready.values() for p in ready]:
                 spare.kill()
+        self.ready_for_next()
         super().close()
 
 
@@ -129,13 +198,13 @@ class _Neighbours:
 
 class LocalLane:
     """Judges on one local device ("cuda:1", or "cpu"), sharing it with the device's other lanes through
-    `gate` (gate.py) and their baselines through `baselines` (problem key -> baselines, measure.py)."""
+    `gate` (gate.py) and what they work out once per problem through `memo` (the baselines, the range plans)."""
 
-    def __init__(self, name: str, device: str, gate: DeviceGate, baselines: dict):
+    def __init__(self, name: str, device: str, gate: DeviceGate, memo: DeviceMemo):
         self.name = name
         self.device = device
         self.gate = gate
-        self.baselines = baselines
+        self.memo = memo
         self.tracked = _Tracked()
         self.pool = _LanePool(self.tracked)
         self.prestart = device.startswith("cuda")
@@ -149,6 +218,7 @@ class LocalLane:
             waits_ms[what] += seconds * 1e3
             self._not_counted(seconds)
 
+        waited("spares-wait", self.pool.ready_for_next())  # (its spares' warm-up, mostly long done)
         holder = Holder(self.gate, on_wait=lambda seconds: waited("gate-wait", seconds))
         self.pool.admit = holder.admit
         started = {"done": False, "settled": set()}
@@ -166,11 +236,12 @@ class LocalLane:
             if self.prestart and not started["done"] and event.stage == "build":
                 started["done"] = True
                 self.pool.fill(options.worker_options())  # the next candidate's processes, while this one builds
+                self.pool.warm(options.worker_options(), self.device, self.gate)
             on_progress(event)
 
         try:
             result = pipeline.evaluate(job.problem, job.solution, options, verb=job.verb, pool=self.pool,
-                                       on_progress=observe, baselines=self.baselines)
+                                       on_progress=observe, memo=self.memo)
         finally:
             try:
                 neighbours.go()
@@ -201,7 +272,7 @@ class LocalBackend:
         self.options = options
         self.build_slots = max(1, build_slots)
         gates = {device: DeviceGate() for device in devices}
-        memos: dict[str, dict] = {device: {} for device in devices}
+        memos = {device: DeviceMemo() for device in devices}
         self._lanes = [LocalLane(_lane_name(devices, i), device, gates[device], memos[device])
                        for i, device in enumerate(devices)]
         for lane in self._lanes:

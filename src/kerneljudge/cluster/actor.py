@@ -23,6 +23,7 @@ from kerneljudge.cluster.task import JudgeTask, restore_paths
 from kerneljudge.isolation import WorkerPool, WorkerProcess
 from kerneljudge.options import Options
 from kerneljudge.pipeline import evaluate, resolve_device
+from kerneljudge.stages.context import DeviceMemo
 
 
 def node_info() -> dict[str, Any]:
@@ -41,7 +42,7 @@ class JudgeActor:
     def __init__(self):
         self.node = node_info()
         self.pool = WorkerPool()
-        self.baselines: dict = {}  # this GPU's baselines per problem, measured once (stages/measure.py)
+        self.memo = DeviceMemo()  # this GPU's baselines and range plans per problem, made once (stages/context.py)
 
     def ready(self, device: str) -> dict[str, Any]:
         """Answers once the actor is up (after a restart too): where it runs, and the hardware name the
@@ -81,7 +82,7 @@ class JudgeActor:
                 solution.write_text(task.solution_source)
                 replacements[str(solution)] = task.solution_path
             result = evaluate(problem, solution, options, verb=task.verb, pool=self.pool,
-                              baselines=self.baselines)
+                              memo=self.memo)
         data = restore_paths(result.to_json(), replacements)
         data["device"] = {**data.get("device", {}), "node": self.node}
         return data

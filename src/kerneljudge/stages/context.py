@@ -22,6 +22,19 @@ class StageEnded(Exception):
 
 
 @dataclass
+class DeviceMemo:
+    """What the evaluations of a batch on one device work out once per problem and reuse for its later candidates
+    (batch/local.py's lanes, a Ray actor's GPU): the reference's baselines, by problem and timing options
+    (measure.py; cross-checked by a short eager run at each candidate), and the range probes' plan, by problem
+    (`Judging.problem_id`; probe.py: where the reference's nonlinear ops bend is the problem's, not the
+    candidate's, and making the plan runs the reference dozens of times: 0.53 s of a level2/51 evaluation's 2.05 s
+    of probes on an idle H100, more beside other lanes)."""
+
+    baselines: dict[str, Any] = field(default_factory=dict)
+    range_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
 class Judging:
     """One evaluation in progress, as the check, probe and time stages see it."""
 
@@ -32,11 +45,17 @@ class Judging:
     findings: list[Finding] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # what the probes saw, for the report
     on_progress: ProgressObserver = ignore
-    baselines: dict[str, Any] | None = None  # a batch lane's baselines by problem key, measured once (measure.py)
+    memo: DeviceMemo | None = None  # a batch's, kept per device across its candidates
+    problem_id: str | None = None  # the problem, its sizes, the protocol and the device (cache.key): the memo's key
     tally: MemoryTally | None = None  # both processes' memory, request by request (memtally.py)
     held_checks: list[Any] = field(default_factory=list)  # timed outputs the referee holds, to compare (measure.py)
     moved_bytes: int | None = None  # the reference's inputs and outputs, from the referee (the memory floor's bytes)
     input_bytes: int | None = None  # ... its inputs alone (whether a timed call's inputs are checked too: measure.py)
+
+    @property
+    def baselines(self) -> dict[str, Any] | None:
+        """A batch's baselines by problem key (measure.py), or None outside a batch."""
+        return self.memo.baselines if self.memo is not None else None
 
     def kept_baselines(self, problem_key: str) -> dict[str, Any] | None:
         """The baselines a batch lane measured for this problem at an earlier candidate, or None."""

@@ -249,7 +249,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
     nonlinear ops see their curved range; the referee chooses the moves from the problem itself
     (referee/ranges.py) and compares against float64 with a tolerance relative to the output's magnitude.
     The state entries are put back afterwards."""
-    plan = j.take(j.referee.call(protocol.RangePlan(_seed(j, "range-plan"))), STAGE)
+    plan, kept = _range_plan(j)
     transforms = [t for t in plan.get("probes", []) if isinstance(t, dict)]
     skipped = [str(s) for s in plan.get("skipped", [])]
     missed = []
@@ -271,7 +271,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
     if transforms:
         _set_range(j, None)
     j.info["ranges"] = {"probes": [t.get("label") for t in transforms], "sites": plan.get("sites", {}),
-                        "skipped": skipped}
+                        "skipped": skipped, "plan": "kept" if kept else "made"}
     findings = [Finding.of("probe-skipped", f"range probes: {'; '.join(skipped)}", stage=STAGE, probes=["ranges"])
                 ] if skipped else []
     if missed:
@@ -280,6 +280,20 @@ def probe_ranges(j: Judging) -> list[Finding]:
                                                         if len(missed) > 1 else ""),
                                    stage=STAGE, transforms=[m[0] for m in missed]))
     return findings
+
+
+def _range_plan(j: Judging) -> tuple[dict, bool]:
+    """The referee's plan of range moves (referee/ranges.py), or the one an earlier candidate of the problem got
+    on this device in a batch (`Judging.memo`), and whether it was that one. One that moves nothing is not kept:
+    the reason may have been the moment's (memory taken by the other lanes)."""
+    plans, key = (j.memo.range_plans, j.problem_id) if j.memo is not None and j.problem_id else (None, None)
+    if plans is not None and key in plans:
+        return plans[key], True
+    reply = j.take(j.referee.call(protocol.RangePlan(_seed(j, "range-plan"))), STAGE)
+    plan = {name: reply[name] for name in ("probes", "skipped", "sites") if name in reply}
+    if plans is not None and plan.get("probes"):
+        plans[key] = plan
+    return plan, False
 
 
 def _set_range(j: Judging, transform: dict | None) -> None:
