@@ -261,10 +261,13 @@ def main() -> None:
         batch.scheduler.on_change = sampler.on_change
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()
+        gates = {id(lane.gate): (lane.device, lane.gate) for lane in batch.scheduler.backend.lanes()}
+        gate_spent: list[dict] = []  # each gate's accounts at the first result and at the last (the steady state)
         for finished, line in batch:
             stage_ms = sum(finished.result.stage_ms.values())
             rows.append((finished, line, stage_ms))
             ended_s.append(time.monotonic() - started)
+            gate_spent[1 if gate_spent else 0:] = [{device: gate.spent_s() for device, gate in gates.values()}]
             print(f"{time.monotonic() - started:7.1f} s  {finished.job.id:34} {kinds[finished.job.id]:30} "
                   f"{line['verdict']:5} {','.join(line['codes'][:3])[:40]:40} build {finished.build_ms / 1e3:6.1f} s "
                   f"judge {finished.judge_ms / 1e3:6.1f} s wait {finished.waited_ms / 1e3:6.1f} s", flush=True)
@@ -299,6 +302,13 @@ def main() -> None:
     if len(ended_s) > 1:  # past the first result: the processes' cold start (the fork server's) is behind
         print(f"steady state: {(ended_s[-1] - ended_s[0]) / (len(ended_s) - 1):.2f} s per candidate between the first "
               f"result ({ended_s[0]:.1f} s) and the last")
+        for device, last in gate_spent[-1].items():  # (batch/gate.py: a timing's drain stalls the other lanes too)
+            spent = {state: last[state] - gate_spent[0][device][state] for state in last}
+            total = sum(spent.values()) or 1.0
+            print(f"gate of {device} then: " + ", ".join(f"{state} {100 * seconds / total:.0f}%"
+                                                         for state, seconds in spent.items())
+                  + f" of {total:.1f} s; per candidate: timing {spent['timing'] / (len(ended_s) - 1):.2f} s, "
+                  f"draining {spent['draining'] / (len(ended_s) - 1):.2f} s")
     print("busy while built candidates waited, per lane: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in per_lane.items())
           + "; GPU utilisation then, per GPU: " + ", ".join(f"{u:.0f}%" for u in per_gpu))
     if args.save:

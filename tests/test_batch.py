@@ -282,6 +282,30 @@ def test_a_timing_waits_for_the_requests_in_flight_on_its_device_and_goes_before
     assert not gate.sharing and not gate.timing
 
 
+def test_a_gate_accounts_its_time_timing_draining_shared_and_idle():
+    """Where a batch's rate is bound by its timings (the other lanes stall while one times, and while a timing
+    waits for the requests in flight), the gate's accounts show it: the seconds in each state (a fake clock)."""
+    now = [0.0]
+    gate = DeviceGate(clock=lambda: now[0])
+    lane = Holder(gate)
+    lane.on_stage("check")
+    now[0] = 1.0
+    replied = lane.admit()  # a request in flight from 1 s
+    now[0] = 3.0
+    timing = threading.Thread(target=gate.take, daemon=True)
+    timing.start()  # from 3 s a timing waits for it
+    while not gate.timings_waiting:
+        time.sleep(0.01)
+    now[0] = 4.0
+    replied()  # answered at 4 s: the timing runs
+    timing.join(5)
+    assert gate.timing
+    now[0] = 6.5
+    gate.give_back()
+    now[0] = 7.0
+    assert gate.spent_s() == {"timing": 2.5, "draining": 1.0, "shared": 2.0, "idle": 1.5}
+
+
 def test_a_lane_with_a_request_in_flight_sends_its_next_without_waiting_for_a_timing():
     """A lane may take a reply only after it sent its next request (the referee's setup is collected after the
     worker's build is sent): that request cannot wait for a timing that waits for the first reply (it did, in

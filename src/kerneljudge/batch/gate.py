@@ -30,7 +30,16 @@ HOST_ONLY = frozenset({"load"})
 TIMED = frozenset({"baselines", "timing"})
 
 
+#: What a device's gate can be doing, as `DeviceGate.spent_s` accounts its time.
+STATES = ("timing", "draining", "shared", "idle")
+
+
 class DeviceGate:
+    """The gate of one device (module docstring). It accounts the seconds it spends in each of STATES: a lane
+    timing; a timing waiting for the requests in flight (no new one goes, so the other lanes stall); requests in
+    flight side by side; nothing (`spent_s`): where a batch's rate is bound by the timings, not by the lanes' own
+    work, the first two show it."""
+
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.condition = threading.Condition()
         self.sharing = 0
@@ -38,6 +47,22 @@ class DeviceGate:
         self.timings_waiting = 0
         self.stopped = False  # the batch is stopping: nobody waits any more
         self.clock = clock
+        self._spent = dict.fromkeys(STATES, 0.0)
+        self._since = clock()
+
+    def spent_s(self) -> dict[str, float]:
+        """The seconds spent in each of STATES so far."""
+        with self.condition:
+            self._account()
+            return dict(self._spent)
+
+    def _account(self) -> None:
+        """The time since the last change to the state it was in (called, under the lock, before each change)."""
+        now = self.clock()
+        state = "timing" if self.timing else "draining" if self.timings_waiting else \
+            "shared" if self.sharing else "idle"
+        self._spent[state] += now - self._since
+        self._since = now
 
     def stop(self) -> None:
         with self.condition:
@@ -50,6 +75,7 @@ class DeviceGate:
         with self.condition:
             while (self.timing or self.timings_waiting) and not self.stopped:
                 self.condition.wait()
+            self._account()
             self.sharing += 1
         return self.clock() - started
 
@@ -58,10 +84,12 @@ class DeviceGate:
         lane may take the reply the timing waits for only after this request's (the referee's setup, sent
         before the worker's build and collected after it): waiting here would wait for itself."""
         with self.condition:
+            self._account()
             self.sharing += 1
 
     def unshare(self) -> None:
         with self.condition:
+            self._account()
             self.sharing -= 1
             self.condition.notify_all()
 
@@ -69,21 +97,25 @@ class DeviceGate:
         """Wait until the device is free; the seconds waited."""
         started = self.clock()
         with self.condition:
+            self._account()
             self.timings_waiting += 1
             while (self.timing or self.sharing) and not self.stopped:
                 self.condition.wait()
+            self._account()
             self.timings_waiting -= 1
             self.timing = True
         return self.clock() - started
 
     def give_back(self) -> None:
         with self.condition:
+            self._account()
             self.timing = False
             self.condition.notify_all()
 
     def share_after_timing(self) -> None:
         """The timing's hold becomes a shared one without a wait (a waiting timing still waits for it)."""
         with self.condition:
+            self._account()
             self.timing = False
             self.sharing += 1
             self.condition.notify_all()
