@@ -662,6 +662,17 @@ MUTATIONS: tuple[Mutation, ...] = (
              "cache.key(options.protocol, device_key)",
              (_k("tests/test_batch.py", "range_probes_once"),),
              "a lane's range plan kept across problems: another problem's moves (a softmax's shift unmade)"),
+    Mutation("probe-kept-rows-not-redrawn", "stages/probe.py",
+             '        probes = [{**t, "rows": rows_seed(seed)} if t.get("rows") else t for t in kept["probes"]]',
+             '        probes = kept["probes"]', (_k("tests/test_batch.py", "range_probes_once"),),
+             "a kept plan's rows move shifts the first candidate's secret rows for every later one"),
+    Mutation("probe-plan-reusable-ignored", "stages/probe.py",
+             'reply.get("reusable") is True', "True", (_k("tests/test_batch.py", "sampled_its_targets"),),
+             "a plan whose targets a candidate's secret seed sampled kept for the problem's other candidates"),
+    Mutation("lane-fill-during-warm-up", "batch/local.py",
+             "        if not self.tracked.stopped and not (warming is not None and warming.is_alive()):",
+             "        if not self.tracked.stopped:", (_k("tests/test_pool.py", "warm_up_keeps"),),
+             "an evaluation's end starts a second pair of spares beside the pair the warm-up holds"),
 )
 
 

@@ -395,14 +395,18 @@ def test_a_lane_plans_a_problems_range_probes_once_and_the_kept_plan_still_fails
     it from the device's memo (stages/context.DeviceMemo), without the referee's dozens of reference runs. Taken
     so, it still moves GELU's argument across its curved range: the tanh approximation fails."""
     from conftest import CANDIDATES as FILES, SEED
+    from kerneljudge.seeds import derive_seed, rows_seed
 
     shipped = Path(api.__file__).parent / "suite" / "solutions"
     honest, softmax = (next(shipped.glob(pattern)) for pattern in ("level2/51_*/pytorch.py", "level1/23_*/pytorch.py"))
-    asked = []
+    asked, rows = [], []  # the ops asked; the rows moves' seeds, in the order drawn
     call = isolation.WorkerProcess.call
 
     def counted(process, request, blobs=(), **kw):
         asked.append(request.op)
+        transform = getattr(request, "transform", None) if request.op == "make-inputs" else None
+        if transform and transform.get("rows"):
+            rows.append(transform["rows"])
         return call(process, request, blobs, **kw)
 
     monkeypatch.setattr(isolation.WorkerProcess, "call", counted)
@@ -413,10 +417,29 @@ def test_a_lane_plans_a_problems_range_probes_once_and_the_kept_plan_still_fails
     made, kept = first.result.probes["ranges"], second.result.probes["ranges"]
     assert made["plan"] == "made" and kept["plan"] == "kept" and kept["probes"] == made["probes"] and made["probes"]
     assert second.result.verdict == "fail" and "range-mismatch" in codes(second.result)
+    # the kept plan's rows move (which rows it shifts: a secret) is drawn from each candidate's own seed
+    # (one lane: the jobs in order, the level1/23 candidate's last)
+    assert "input:0 rows +3" in made["probes"] and len(rows) == 3 and rows[0] != rows[1], rows
+    assert [rows_seed(derive_seed(f.result.seed, "probe:range-plan")) for f in (first, second)] == rows[:2]
     # another problem on the same lane gets its own plan (a softmax's input shifted by 100 among its moves)
     assert other.result.verdict == "pass" and other.result.probes["ranges"]["plan"] == "made"
     assert "input:0 +100" in other.result.probes["ranges"]["probes"] and "input:0 +100" not in made["probes"]
     assert asked.count("range-plan") == 2  # the referee was asked once per problem
+
+
+def test_a_range_plan_that_sampled_its_targets_with_a_candidates_seed_is_not_kept(fast, monkeypatch):
+    """13 inputs and entries, more than the plan tries (MAX_TENSORS): which it tries is drawn from the candidate's
+    secret seed, so the plan is not the problem's alone, and each candidate gets its own."""
+    from conftest import CANDIDATES as FILES
+
+    problem, honest = FILES / "probes" / "many_parameters_problem.py", FILES / "probes" / "many_parameters.py"
+    asked = []
+    call = isolation.WorkerProcess.call
+    monkeypatch.setattr(isolation.WorkerProcess, "call",
+                        lambda process, request, blobs=(), **kw: asked.append(request.op) or call(process, request, blobs, **kw))
+    finished = list(api.evaluate_many([(problem, honest)] * 2, fast, lanes=1))
+    assert [f.result.verdict for f in finished] == ["pass", "pass"]
+    assert [f.result.probes["ranges"]["plan"] for f in finished] == ["made", "made"] and asked.count("range-plan") == 2
 
 
 def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 from conftest import CANDIDATES, SEED
 
@@ -115,7 +116,14 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     monkeypatch.setattr(gate, "share", share)
     stages: list[str] = []
     settled: list[tuple[str, int]] = []
-    monkeypatch.setattr(lane.pool, "settle", lambda: settled.append((stages[-1], len(lane.pool.ready[WORKER]))) or 0.0)
+
+    def settle():
+        with lane.pool._lock:  # the lane's spares: waiting in the pool, or out of it while the warm-up asks them
+            spares = {id(p) for p in [*lane.pool.ready[WORKER], *lane.pool.warmed] if p.module == WORKER}
+        settled.append((stages[-1], len(spares)))
+        return 0.0
+
+    monkeypatch.setattr(lane.pool, "settle", settle)
     seen: list[tuple[str, bool]] = []
 
     class Running:
@@ -157,6 +165,39 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     # the neighbour stopped once the lane holds the device alone, for each timed stage, continued while it still does
     assert seen == [("stopped", True), ("continued", True)] * 2
     assert neighbour.ran_while_stopped == [4242]  # its pipeline turns it into `tampering` (pipeline._sandbox_checks)
+
+
+def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatch):
+    """The warm-up holds the spares out of the pool while it waits for the gate (other lanes timing); a candidate
+    that fails meanwhile ends its evaluation, whose end fills the pool: no second pair is started beside the
+    held one, the next evaluation takes the warmed pair, and closing the lane ends every spare."""
+    from kerneljudge.batch.backend import Job
+    from kerneljudge.batch.gate import DeviceGate
+    from kerneljudge.batch.local import LocalLane
+    from kerneljudge.stages.context import DeviceMemo
+
+    gate = DeviceGate()
+    lane = LocalLane("cpu:0", "cpu", gate, DeviceMemo())
+    lane.prestart = True  # as on a GPU lane
+    plain_share = gate.share
+
+    def share():
+        if threading.current_thread().name == "kerneljudge-warm":
+            time.sleep(3)  # as behind other lanes' timings
+        return plain_share()
+
+    monkeypatch.setattr(gate, "share", share)
+    job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "wrong.py", options=fast, key="k")
+    try:
+        result = lane.judge(job, lambda event: None)
+        lane.pool.ready_for_next()
+        spares = {module: [(p.first_device, p.process.poll()) for p in ready] for module, ready in lane.pool.ready.items()}
+        processes = [p for ready in lane.pool.ready.values() for p in ready]
+    finally:
+        lane.close()
+    assert result.verdict == "fail"
+    assert spares == {WORKER: [("cpu", None)], REFEREE: [("cpu", None)]}  # one pair, warmed, alive
+    assert all(p.process.wait(timeout=30) is not None for p in processes)
 
 
 def test_a_worker_that_ran_while_another_lane_stopped_it_is_tampering():

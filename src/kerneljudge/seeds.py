@@ -8,6 +8,7 @@ inputs of calls still to come.
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 
 
@@ -19,3 +20,10 @@ def derive_seed(seed: int, label: str, index: int = 0) -> int:
 def fresh_seed() -> int:
     """A seed from the operating system's random source: not derived from anything a process could know."""
     return secrets.randbits(63)
+
+
+def rows_seed(plan_seed: int) -> int:
+    """The seed of a range probe's rows move (which rows it shifts: proc/perturb.moved_rows), from its plan's seed:
+    the referee draws it when it makes the plan (referee/ranges.py), the judge again for a plan a batch kept
+    (stages/probe.py), so each candidate's rows are its own seed's."""
+    return random.Random(plan_seed).randrange(1, 1 << 31)

@@ -80,6 +80,7 @@ class _LanePool(WorkerPool):
         self.admit: Callable[[], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
         self.importing = threading.Lock()  # held while the warm-up waits for the spares' imports (`settle`)
         self.warming: threading.Thread | None = None
+        self.warmed: list[WorkerProcess] = []  # the spares the warm-up has (some out of `ready` while it asks them)
         self.closing = False
 
     def take(self, options: WorkerOptions, module: str = WORKER, device: str | None = None) -> WorkerProcess:
@@ -88,33 +89,38 @@ class _LanePool(WorkerPool):
         return process
 
     def fill(self, options: WorkerOptions | None = None, device: str | None = None) -> None:
-        """Spares are not sent to the device at once (a CUDA start could fall in another lane's timing): `warm`."""
-        if not self.tracked.stopped:
+        """Spares are not sent to the device at once (a CUDA start could fall in another lane's timing): `warm`.
+        None are added during a warm-up (its spares, out of `ready` while asked, come back to it)."""
+        warming = self.warming
+        if not self.tracked.stopped and not (warming is not None and warming.is_alive()):
             super().fill(options)
 
     def warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
         """On a thread: once the spares have imported torch, each takes `device` (its first ping: CUDA's start,
         off the next evaluation's path: module docstring) while sharing `gate`, so never beside a timing; the
         evaluation's own first ping then finds the device taken. `ready_for_next` waits for it to end."""
-        self.warming = threading.Thread(target=self._warm, args=(options, device, gate), daemon=True,
-                                        name="kerneljudge-warm")
-        self.warming.start()
+        with self._lock:
+            self.warmed = [p for ready in self.ready.values() for p in ready if p.first_device is None]
+        if self.warmed:
+            self.warming = threading.Thread(target=self._warm, args=(options, device, gate), daemon=True,
+                                            name="kerneljudge-warm")
+            self.warming.start()
 
     def _warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
-        with self.importing:
-            super().settle()
-        with self._lock:  # out of the pool while they are asked (as in `settle`)
-            if self.closing:
-                return
-            spares = [p for ready in self.ready.values() for p in ready if p.first_device is None]
-            for spare in spares:
-                self.ready[spare.module].remove(spare)
-        taken = []
+        taken: list[WorkerProcess] = []
         try:
+            with self.importing:
+                super().settle()
+            with self._lock:  # out of the pool while they are asked (as in `settle`)
+                spares = [p for p in self.warmed if p in self.ready[p.module] and not self.closing]
+                for spare in spares:
+                    self.ready[spare.module].remove(spare)
+            if not spares:
+                return
             gate.share()
             try:
                 sent = []
-                for spare in spares:  # all at once, as an evaluation starts them
+                for spare in spares if not self.tracked.stopped else ():  # all at once, as an evaluation starts them
                     try:
                         sent.append((spare, spare.submit(first_ping(options, device, spare.module))))
                     except WorkerFailure:  # (stopped meanwhile, or it died: the next evaluation starts its own)
@@ -128,15 +134,17 @@ class _LanePool(WorkerPool):
                     taken.append(spare)
             finally:
                 gate.unshare()
-        finally:
+        finally:  # whatever ended it: each of its spares back in the pool, or ended
             with self._lock:
-                kept = [p for p in taken if not self.closing]
-                for spare in kept:
-                    self.ready[spare.module].append(spare)
-            for spare in spares:
-                if spare not in kept:  # killed first: closing waits for a live one to end (`close`)
-                    spare.kill()
-                    spare.close()
+                lost = [p for p in self.warmed if p not in self.ready[p.module]]
+                for spare in taken:
+                    if not self.closing:
+                        self.ready[spare.module].append(spare)
+                        lost.remove(spare)
+                self.warmed = []
+            for spare in lost:  # killed first: closing waits for a live one to end
+                spare.kill()
+                spare.close()
 
     def settle(self, clock: Callable[[], float] = time.monotonic) -> float:
         """As WorkerPool's, the warm-up's wait for the imports included (a spare it asks is not in `ready`)."""
@@ -148,9 +156,9 @@ class _LanePool(WorkerPool):
     def ready_for_next(self) -> float:
         """Wait for the warm-up to end (its spares back in the pool for the next evaluation); the seconds waited."""
         started = time.monotonic()
-        if self.warming is not None:
-            self.warming.join()
-            self.warming = None
+        warming, self.warming = self.warming, None
+        if warming is not None:
+            warming.join()
         return time.monotonic() - started
 
     def close(self) -> None:
@@ -158,7 +166,7 @@ class _LanePool(WorkerPool):
         see its channel close for seconds); the warm-up's too, which then sends none to the device."""
         with self._lock:
             self.closing = True
-            for spare in [p for ready in self.ready.values() for p in ready]:
+            for spare in [*(p for ready in self.ready.values() for p in ready), *self.warmed]:
                 spare.kill()
         self.ready_for_next()
         super().close()

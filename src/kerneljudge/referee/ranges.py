@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kerneljudge.proc.inputs import clone_args
 from kerneljudge.proc.perturb import INPUTS, Originals, Transform, move, put_back
 from kerneljudge.referee.compare import Outline, all_finite, as_tensors, float64_blocks, rms
+from kerneljudge.seeds import rows_seed
 
 # aten op -> the argument range where the op bends (outside it the op is nearly linear or flat)
 CURVED = {"gelu": (-4.0, 4.0), "tanh": (-3.0, 3.0), "sigmoid": (-6.0, 6.0), "silu": (-6.0, 6.0),
@@ -105,15 +106,17 @@ def _rows_move(args: list, seed: int) -> Transform | None:
     10 instead, level1/94's predictions, drawn times a random scale, often stayed near their targets.)"""
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() > 0 and a.shape[0] > 1:
-            return Transform(f"input:{i}", shift=ROWS_SHIFT, rows=random.Random(seed).randrange(1, 1 << 31))
+            return Transform(f"input:{i}", shift=ROWS_SHIFT, rows=rows_seed(seed))
     return None
 
 
-def _candidates(model: torch.nn.Module, args: list, seed: int) -> list[Transform]:
+def _candidates(model: torch.nn.Module, args: list, seed: int) -> tuple[list[Transform], bool]:
+    """The candidate moves, and whether their targets were sampled (with the secret `seed`)."""
     floating = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
     entries = [n for n, t in model.state_dict().items() if t.is_floating_point()]
     targets = [f"input:{i}" for i in floating] + entries
-    if len(targets) > MAX_TENSORS:
+    sampled = len(targets) > MAX_TENSORS
+    if sampled:
         chosen = set(random.Random(seed).sample(targets, MAX_TENSORS))
         targets = [t for t in targets if t in chosen]
     if len(floating) > 1:
@@ -121,7 +124,7 @@ def _candidates(model: torch.nn.Module, args: list, seed: int) -> list[Transform
     moves = [[Transform(t, scale=s) for s in SCALES] + [Transform(t, shift=s) for s in SHIFTS] for t in targets]
     # round robin over the targets: a budget that ends early has moved each of them (level2/51 at full size on a
     # CPU, ten seconds a call, tried its input alone, and a tanh GELU passed)
-    return [per_target[k] for k in range(len(SCALES) + len(SHIFTS)) for per_target in moves]
+    return [per_target[k] for k in range(len(SCALES) + len(SHIFTS)) for per_target in moves], sampled
 
 
 def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], float],
@@ -142,7 +145,7 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     found: list[tuple[Transform, dict[str, set[int]], float]] = []
     overflowing = []
     started = clock_ms()
-    candidates = _candidates(model, args, seed)
+    candidates, sampled = _candidates(model, args, seed)
     first_round = len({transform.target for transform in candidates})  # every target moved once, whatever the time
     tried = 0
     for transform in candidates:
@@ -191,6 +194,9 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     untried = [f"{len(candidates) - tried} of the {len(candidates)} candidate moves not tried within the plan's "
                f"{budget_ms / 1000:g} s (each a call of the reference)"] if tried < len(candidates) else []
     return {"probes": [t.to_json() for t in chosen],
+            # the problem's alone, to reuse for its other candidates (stages/probe.py): no target sampled with the
+            # secret seed, no move left untried for the time (the moment's), the rows move's seed drawn again
+            "reusable": not sampled and not untried,
             "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]] + untried,
             "sites": {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
                       for site, bins in covered.items()}}

@@ -17,7 +17,7 @@ from typing import Callable
 
 from kerneljudge import protocol
 from kerneljudge.records import Finding
-from kerneljudge.seeds import derive_seed
+from kerneljudge.seeds import derive_seed, rows_seed
 from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
 
 STAGE = "probe"
@@ -284,14 +284,19 @@ def probe_ranges(j: Judging) -> list[Finding]:
 
 def _range_plan(j: Judging) -> tuple[dict, bool]:
     """The referee's plan of range moves (referee/ranges.py), or the one an earlier candidate of the problem got
-    on this device in a batch (`Judging.memo`), and whether it was that one. One that moves nothing is not kept:
-    the reason may have been the moment's (memory taken by the other lanes)."""
+    on this device in a batch (`Judging.memo`), and whether it was that one. Only a plan the referee calls the
+    problem's alone is kept (none of its targets sampled with that candidate's secret seed, none of its moves
+    left untried for the time, a moment's), and its rows move, which the seed draws too, takes this candidate's
+    (seeds.rows_seed): each result's seed still gives its own moves."""
+    seed = _seed(j, "range-plan")
     plans, key = (j.memo.range_plans, j.problem_id) if j.memo is not None and j.problem_id else (None, None)
     if plans is not None and key in plans:
-        return plans[key], True
-    reply = j.take(j.referee.call(protocol.RangePlan(_seed(j, "range-plan"))), STAGE)
+        kept = plans[key]
+        probes = [{**t, "rows": rows_seed(seed)} if t.get("rows") else t for t in kept["probes"]]
+        return {**kept, "probes": probes}, True
+    reply = j.take(j.referee.call(protocol.RangePlan(seed)), STAGE)
     plan = {name: reply[name] for name in ("probes", "skipped", "sites") if name in reply}
-    if plans is not None and plan.get("probes"):
+    if plans is not None and plan.get("probes") and reply.get("reusable") is True:
         plans[key] = plan
     return plan, False
 
