@@ -337,6 +337,8 @@ def main() -> None:
             names = sorted({name for ms in figures for name in ms})
             print(f"mean per {what}: " + ", ".join(f"{name} {mean_s(ms.get(name, 0.0) for ms in figures):.3f} s"
                                                    for name in names))
+        plans = [(f.result.probes.get("ranges") or {}).get("plan") for f, _ in judged]
+        print(f"range plans: {plans.count('made')} made, {plans.count('kept')} kept (stages/probe.py)")
     shutil.rmtree(work, ignore_errors=True)
 
 
