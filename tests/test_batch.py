@@ -119,6 +119,10 @@ def test_run_folder_interrupted_resumed_and_exported(tmp_path, cache_dir):
     summary = lines[-1]
     assert summary["summary"] and summary["total"] == summary["finished"] == len(CANDIDATES)
     assert summary["skipped"] >= len(kept) + 1
+    # the CPU lanes' shared gate: requests side by side, no timing (--no-timing)
+    gate = summary["device_seconds"]["cpu"]
+    assert set(gate) == {"timing_s", "draining_s", "shared_s", "idle_s"} and gate["timing_s"] == gate["draining_s"] == 0
+    assert gate["shared_s"] > 0, gate
 
     # nothing lost or doubled: one journal line and one store record per candidate
     journal = _journal_lines(run)
@@ -195,6 +199,9 @@ class _FakeBackend:
 
     def lanes(self):
         return self._lanes
+
+    def device_seconds(self):
+        return {}
 
     def stop(self):
         for lane in self._lanes:
@@ -304,6 +311,17 @@ def test_a_gate_accounts_its_time_timing_draining_shared_and_idle():
     gate.give_back()
     now[0] = 7.0
     assert gate.spent_s() == {"timing": 2.5, "draining": 1.0, "shared": 2.0, "idle": 1.5}
+
+
+def test_the_summary_says_how_much_of_a_shared_device_went_to_timings():
+    from kerneljudge.cli_batch import _gates
+
+    lines = [{"verdict": "pass", "judge_ms": 1000.0, "build_ms": 0.0}]
+    timed = {"timing_s": 35.0, "draining_s": 16.0, "shared_s": 49.0, "idle_s": 0.0}
+    summary = export.summary(lines, lines, total=1, skipped=0, wall_s=100.0, lanes=5,
+                             device_seconds={"cuda:0": timed, "cpu": dict.fromkeys(timed, 0.0)})
+    assert summary["device_seconds"]["cuda:0"] == timed
+    assert _gates(summary) == "; cuda:0: timing 35%, waiting for a timing 16%"  # (the CPU's: no timing, not said)
 
 
 def test_a_lane_with_a_request_in_flight_sends_its_next_without_waiting_for_a_timing():

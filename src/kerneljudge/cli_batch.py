@@ -104,7 +104,7 @@ def run_command(source: Path, problem: str | None, kernelbench: Path | None, out
     elif sys.stdout.isatty() or interrupted is None:
         click.echo(f"{summary['finished']}/{summary['total']} judged ({summary['skipped']} from an earlier run): "
                    f"pass {summary['pass']}, fail {summary['fail']}, error {summary['error']} in "
-                   f"{summary['wall_s']:.1f} s; run {batch.run_id}; results in {folder}")
+                   f"{summary['wall_s']:.1f} s; run {batch.run_id}; results in {folder}{_gates(summary)}")
     if interrupted is not None:
         click.echo(f"kerneljudge: interrupted ({interrupted}); {summary['finished']} of {summary['total']} kept, "
                    "run the same command again to resume", err=True)
@@ -116,3 +116,16 @@ def _stream(data: dict) -> None:
     """One JSON line on stdout, flushed at once (a reader sees each candidate as it ends)."""
     click.echo(json.dumps(data))
     sys.stdout.flush()
+
+
+def _gates(summary: dict) -> str:
+    """Each shared device's time alone for a timing and waiting for one (the other lanes stall then), where it
+    timed: when they take most of it, more lanes per GPU buy little (README: batch throughput)."""
+    parts = []
+    for device, spent in summary["device_seconds"].items():
+        total = sum(spent.values())
+        if spent.get("timing_s") and total > 0:
+            parts.append(f"{device}: timing {100 * spent['timing_s'] / total:.0f}%, waiting for a timing "
+                         f"{100 * spent['draining_s'] / total:.0f}%")
+    return f"; {'; '.join(parts)}" if parts else ""
+

@@ -87,6 +87,10 @@ class Backend(Protocol):
     def lanes(self) -> Sequence[Lane]:
         """The judging lanes, one per device."""
 
+    def device_seconds(self) -> dict[str, dict[str, float]]:
+        """Where lanes share a device: its gate's seconds in each state so far (batch/gate.py: `timing_s`,
+        `draining_s`, `shared_s`, `idle_s`), by device; {} where no device is shared."""
+
     def stop(self) -> None:
         """From another thread: end every build and evaluation in flight."""
 

@@ -115,8 +115,11 @@ def write(folder: Path, lines: list[dict[str, Any]]) -> list[Path]:
 
 
 def summary(lines: list[dict[str, Any]], fresh: list[dict[str, Any]], *, total: int, skipped: int, wall_s: float,
-            lanes: int, interrupted: bool = False) -> dict[str, Any]:
-    """Counts over every job's latest line; rate and where the time went over this run's (`fresh`)."""
+            lanes: int, device_seconds: dict[str, dict[str, float]] | None = None,
+            interrupted: bool = False) -> dict[str, Any]:
+    """Counts over every job's latest line; rate and where the time went over this run's (`fresh`), and each shared
+    device's gate (`device_seconds`: where a timing and its wait for the requests in flight take most of it, the
+    other lanes stall then, and more lanes per GPU buy little)."""
     verdicts = {v: sum(line["verdict"] == v for line in lines) for v in ("pass", "fail", "error")}
     judge_ms = sum(line["judge_ms"] for line in fresh)
     build_ms = sum(line["build_ms"] for line in fresh)
@@ -124,4 +127,5 @@ def summary(lines: list[dict[str, Any]], fresh: list[dict[str, Any]], *, total: 
             "interrupted": interrupted, "wall_s": round(wall_s, 2), "lanes": lanes,
             "judged_per_hour": round(3600 * len(fresh) / wall_s, 1) if wall_s > 0 else None,
             "sum_build_s": round(build_ms / 1e3, 2), "sum_judge_s": round(judge_ms / 1e3, 2),
-            "lane_busy_fraction": round(judge_ms / 1e3 / (wall_s * lanes), 3) if wall_s > 0 and lanes else None}
+            "lane_busy_fraction": round(judge_ms / 1e3 / (wall_s * lanes), 3) if wall_s > 0 and lanes else None,
+            "device_seconds": device_seconds or {}}

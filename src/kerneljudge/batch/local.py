@@ -293,6 +293,11 @@ class LocalBackend:
     def lanes(self) -> Sequence[LocalLane]:
         return self._lanes
 
+    def device_seconds(self) -> dict[str, dict[str, float]]:
+        gates = {lane.device: lane.gate for lane in self._lanes}
+        return {device: {f"{state}_s": round(seconds, 3) for state, seconds in gate.spent_s().items()}
+                for device, gate in gates.items()}
+
     def build(self, job: Job) -> builder.BuildOutcome:
         options = job.options.replace(arch=self._target_arch(job.options))
         return builder.build_one(job.solution, options, "cpu", spawn=lambda o: self.tracked.add(WorkerProcess(o)))

@@ -87,7 +87,7 @@ class BatchRun:
     def summary(self, *, interrupted: bool = False) -> dict:
         return export.summary(self.lines(), self.fresh, total=len(self.jobs), skipped=len(self.skipped),
                               wall_s=self.clock() - self.started_s, lanes=len(self.scheduler.backend.lanes()),
-                              interrupted=interrupted)
+                              device_seconds=self.scheduler.backend.device_seconds(), interrupted=interrupted)
 
 
 @contextmanager

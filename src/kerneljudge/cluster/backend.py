@@ -217,6 +217,10 @@ class RayBackend:
     def lanes(self) -> Sequence[RayLane]:
         return self._lanes
 
+    def device_seconds(self) -> dict[str, dict[str, float]]:
+        """{}: one judge actor per GPU, no device shared between lanes."""
+        return {}
+
     @property
     def device_type(self) -> str:
         """What the judges run candidates on: "cuda" on a cluster with GPUs unless the options say cpu."""
