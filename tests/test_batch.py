@@ -453,8 +453,12 @@ def test_a_range_plan_that_sampled_its_targets_with_a_candidates_seed_is_not_kep
     problem, honest = FILES / "probes" / "many_parameters_problem.py", FILES / "probes" / "many_parameters.py"
     asked = []
     call = isolation.WorkerProcess.call
-    monkeypatch.setattr(isolation.WorkerProcess, "call",
-                        lambda process, request, blobs=(), **kw: asked.append(request.op) or call(process, request, blobs, **kw))
+
+    def counted(process, request, blobs=(), **kw):
+        asked.append(request.op)
+        return call(process, request, blobs, **kw)
+
+    monkeypatch.setattr(isolation.WorkerProcess, "call", counted)
     finished = list(api.evaluate_many([(problem, honest)] * 2, fast, lanes=1))
     assert [f.result.verdict for f in finished] == ["pass", "pass"]
     assert [f.result.probes["ranges"]["plan"] for f in finished] == ["made", "made"] and asked.count("range-plan") == 2

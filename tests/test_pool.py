@@ -87,9 +87,10 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     """A GPU lane starts the next candidate's processes while this one is judged; one still importing torch
     beside the timing inflated the candidate's host time per call (H200). The lane settles them before each
     stage that times, and sends them to the device (their first ping: CUDA's start) from a thread of its own,
-    each while sharing the device's gate, never beside a timing. While it times, the workers of the lanes sharing its device are stopped (a
-    thread a candidate started at import could run beside the timing and slow it), and continued before the
-    gate lets any of their requests go; one that ran while stopped is told to its own evaluation."""
+    each while sharing the device's gate, never beside a timing. While it times, the workers of the lanes
+    sharing its device are stopped (a thread a candidate started at import could run beside the timing and slow
+    it), and continued before the gate lets any of their requests go; one that ran while stopped is told to its
+    own evaluation."""
     from contextlib import contextmanager
 
     from kerneljudge.isolation import Frozen
@@ -191,7 +192,8 @@ def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatc
     try:
         result = lane.judge(job, lambda event: None)
         lane.pool.ready_for_next()
-        spares = {module: [(p.first_device, p.process.poll()) for p in ready] for module, ready in lane.pool.ready.items()}
+        spares = {module: [(p.first_device, p.process.poll()) for p in ready]
+                  for module, ready in lane.pool.ready.items()}
         processes = [p for ready in lane.pool.ready.values() for p in ready]
     finally:
         lane.close()

@@ -128,4 +128,3 @@ def _gates(summary: dict) -> str:
             parts.append(f"{device}: timing {100 * spent['timing_s'] / total:.0f}%, waiting for a timing "
                          f"{100 * spent['draining_s'] / total:.0f}%")
     return f"; {'; '.join(parts)}" if parts else ""
-

@@ -5,7 +5,8 @@ worker and referee (a crash, a hang past the time limit or a poisoned CUDA conte
 candidate only; the lane's next candidate starts clean). The lanes of one device (one per GPU by
 default, `per_gpu` more; CPU lanes all share "cpu") share its gate (gate.py): their requests run side by
 side, a timing runs alone; and its memo (stages/context.DeviceMemo: a problem's baselines are measured, and
-its range probes planned, once per device and run). Timing also holds the device's timing lock (devicelock.py) against other judges.
+its range probes planned, once per device and run). Timing also holds the device's timing lock (devicelock.py)
+against other judges.
 
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
 as the current candidate's worker has answered. Once they have imported torch, a thread of the lane sends

@@ -287,7 +287,8 @@ def _range_plan(j: Judging) -> tuple[dict, bool]:
     on this device in a batch (`Judging.memo`), and whether it was that one. Only a plan the referee calls the
     problem's alone is kept (none of its targets sampled with that candidate's secret seed, none of its moves
     left untried for the time, a moment's), and its rows move, which the seed draws too, takes this candidate's
-    (seeds.rows_seed): each result's seed still gives its own moves."""
+    (seeds.rows_seed): the secret part of the moves is each candidate's own. (The moves were chosen on the first
+    candidate's draw: run alone, a result's `reproduce` command plans again, and may choose others.)"""
     seed = _seed(j, "range-plan")
     plans, key = (j.memo.range_plans, j.problem_id) if j.memo is not None and j.problem_id else (None, None)
     if plans is not None and key in plans:
