@@ -309,6 +309,10 @@ def main() -> None:
                                                          for state, seconds in spent.items())
                   + f" of {total:.1f} s; per candidate: timing {spent['timing'] / (len(ended_s) - 1):.2f} s, "
                   f"draining {spent['draining'] / (len(ended_s) - 1):.2f} s")
+        for device, gate in gates.values():  # the whole run's
+            waits = sorted(gate.waited_for_s().items(), key=lambda item: -item[1])
+            print(f"the timings on {device} waited, by what ended last before each went: "
+                  + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in waits[:8]))
     print("busy while built candidates waited, per lane: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in per_lane.items())
           + "; GPU utilisation then, per GPU: " + ", ".join(f"{u:.0f}%" for u in per_gpu))
     if args.save:

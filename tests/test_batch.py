@@ -311,6 +311,34 @@ def test_a_gate_accounts_its_time_timing_draining_shared_and_idle():
     gate.give_back()
     now[0] = 7.0
     assert gate.spent_s() == {"timing": 2.5, "draining": 1.0, "shared": 2.0, "idle": 1.5}
+    # what the timing waited for: the request of kind "request" (admit's default) that ended last
+    assert gate.waited_for_s() == {"request": 1.0}
+
+
+def test_a_gate_names_what_each_timing_waited_for_last():
+    """A timing that waits for a lane's processes ending ("closing") and then one that waits for that timing:
+    each wait is put on what ended last before it went (a fake clock)."""
+    now = [0.0]
+    gate = DeviceGate(clock=lambda: now[0])
+    closing = Holder(gate)
+    closing.on_stage("check")
+    in_flight = closing.admit("make-inputs")
+    closing.on_stage(CLOSING)  # its processes end: the device shared for the stage
+    in_flight()  # (its request answered first)
+    first, second = (threading.Thread(target=gate.take, daemon=True) for _ in range(2))
+    first.start()
+    while not gate.timings_waiting:
+        time.sleep(0.01)
+    now[0] = 2.0
+    closing.release()  # the processes ended at 2 s: the first timing goes
+    first.join(5)
+    second.start()
+    while not gate.timings_waiting:
+        time.sleep(0.01)
+    now[0] = 5.0
+    gate.give_back()  # the first timing ends at 5 s: the second goes
+    second.join(5)
+    assert gate.timing and gate.waited_for_s() == {"closing": 2.0, "timing": 3.0}
 
 
 def test_the_summary_says_how_much_of_a_shared_device_went_to_timings():

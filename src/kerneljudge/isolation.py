@@ -138,7 +138,7 @@ class WorkerProcess:
         self.first_device: str | None = None  # the device a spare was sent to take before it was taken (a pool's)
         # asked before each request is sent, returns what to call once its reply is taken: where lanes share
         # a device, the lane's hold on its gate (batch/gate.py) for the request's time
-        self.admit: Callable[[], Callable[[], None]] | None = None
+        self.admit: Callable[[str], Callable[[], None]] | None = None
         # its processes that kept running, or ran, while another batch lane stopped them for its timing
         self.ran_while_stopped: list[int] = []
         self.stores_held: store.HeldOpen | None = None  # the hidden stores' journals, kept while it lives
@@ -296,7 +296,7 @@ class WorkerProcess:
             raise WorkerFailure(Finding.of(code, f"{op}: the {self.role} is no longer usable", stage=op), "")
         if self.process is not None and self.process.poll() is not None:  # its descendants may not have died yet
             raise WorkerFailure(self._death(op, channel.ChannelClosed("the process had ended")), self.output_tail())
-        replied = self.admit() if self.admit is not None else (lambda: None)
+        replied = self.admit(request.op) if self.admit is not None else (lambda: None)
         try:
             pending = Pending(request.op, secrets.token_hex(8), self.tally.sent() if self.tally is not None else None,
                               replied)

@@ -49,6 +49,15 @@ class DeviceGate:
         self.clock = clock
         self._spent = dict.fromkeys(STATES, 0.0)
         self._since = clock()
+        self._freed_by: str | None = None  # what ended last while a timing waited (a hold, or another timing)
+        self._waited_for: dict[str, float] = {}  # the timings' waits, by what ended last before each went
+
+    def waited_for_s(self) -> dict[str, float]:
+        """The seconds timings waited for the device, by what ended last before each went: a request's kind
+        ("make-inputs", "ping", ...), "closing" (a lane's processes ending), "warm-up" (spares starting CUDA), or
+        "timing" (another lane's): what to shorten where the timings' waits bound a batch's rate."""
+        with self.condition:
+            return dict(self._waited_for)
 
     def spent_s(self) -> dict[str, float]:
         """The seconds spent in each of STATES so far."""
@@ -69,8 +78,8 @@ class DeviceGate:
             self.stopped = True
             self.condition.notify_all()
 
-    def share(self) -> float:
-        """Wait for no timing (running or waiting); the seconds waited."""
+    def share(self, what: str = "request") -> float:
+        """Wait for no timing (running or waiting); the seconds waited. `what` shares it (`unshare` says it again)."""
         started = self.clock()
         with self.condition:
             while (self.timing or self.timings_waiting) and not self.stopped:
@@ -79,7 +88,7 @@ class DeviceGate:
             self.sharing += 1
         return self.clock() - started
 
-    def share_more(self) -> None:
+    def share_more(self, what: str = "request") -> None:
         """One more request of a lane that shares the device already: no wait, even for a waiting timing. The
         lane may take the reply the timing waits for only after this request's (the referee's setup, sent
         before the worker's build and collected after it): waiting here would wait for itself."""
@@ -87,10 +96,12 @@ class DeviceGate:
             self._account()
             self.sharing += 1
 
-    def unshare(self) -> None:
+    def unshare(self, what: str = "request") -> None:
         with self.condition:
             self._account()
             self.sharing -= 1
+            if self.timings_waiting and not self.sharing:
+                self._freed_by = what
             self.condition.notify_all()
 
     def take(self) -> float:
@@ -104,12 +115,18 @@ class DeviceGate:
             self._account()
             self.timings_waiting -= 1
             self.timing = True
-        return self.clock() - started
+            waited = self.clock() - started
+            if waited > 0 and self._freed_by is not None:
+                self._waited_for[self._freed_by] = self._waited_for.get(self._freed_by, 0.0) + waited
+            self._freed_by = None
+        return waited
 
     def give_back(self) -> None:
         with self.condition:
             self._account()
             self.timing = False
+            if self.timings_waiting:
+                self._freed_by = "timing"
             self.condition.notify_all()
 
     def share_after_timing(self) -> None:
@@ -130,7 +147,7 @@ class Holder:
         self.on_wait = on_wait
         self.stage: str | None = None
         self.held: str | None = None  # the evaluation's own hold: None, "shared" (closing) or "timing"
-        self.requests: set[int] = set()  # its requests in flight, each sharing the gate (`admit`)
+        self.requests: dict[int, str] = {}  # its requests in flight, each sharing the gate (`admit`), and their kinds
         self._sent = 0
 
     def on_stage(self, stage: str) -> None:
@@ -141,7 +158,7 @@ class Holder:
             if self.held == "timing":
                 self.gate.share_after_timing()
             elif self.held is None:
-                self._share()
+                self._share(CLOSING)
             self.held = "shared"
         elif stage in TIMED and self.held != "timing":
             self.release()
@@ -150,37 +167,36 @@ class Holder:
         elif stage not in TIMED and self.held is not None:
             self.release()  # after a timing, each request shares the gate again
 
-    def admit(self) -> Callable[[], None]:
-        """A request of the evaluation's processes is about to be sent: unless the evaluation holds the gate,
-        wait to share it (not while another of its requests is in flight: `DeviceGate.share_more`). Returns
-        what to call when the reply is taken (or the request failed)."""
+    def admit(self, what: str = "request") -> Callable[[], None]:
+        """A request (of kind `what`) of the evaluation's processes is about to be sent: unless the evaluation
+        holds the gate, wait to share it (not while another of its requests is in flight:
+        `DeviceGate.share_more`). Returns what to call when the reply is taken (or the request failed)."""
         if self.held is not None:
             return _nothing
-        self._share()
+        self._share(what)
         self._sent += 1
         request = self._sent
-        self.requests.add(request)
+        self.requests[request] = what
 
         def replied() -> None:
             if request in self.requests:  # not dropped by `release` meanwhile
-                self.requests.discard(request)
-                self.gate.unshare()
+                self.gate.unshare(self.requests.pop(request))
         return replied
 
-    def _share(self) -> None:
+    def _share(self, what: str) -> None:
         """Share the gate: at once while a request of the evaluation's is in flight, else after waiting."""
         if self.requests:
-            self.gate.share_more()
+            self.gate.share_more(what)
         else:
-            self.on_wait(self.gate.share())
+            self.on_wait(self.gate.share(what))
 
     def release(self) -> None:
         """Let go of every hold: the evaluation's own, and its requests' (a timing does not wait for its own)."""
-        for _ in self.requests:
-            self.gate.unshare()
+        for what in self.requests.values():
+            self.gate.unshare(what)
         self.requests.clear()
         if self.held == "shared":
-            self.gate.unshare()
+            self.gate.unshare(CLOSING)
         elif self.held == "timing":
             self.gate.give_back()
         self.held = None

@@ -48,6 +48,9 @@ from kerneljudge.records import Result
 from kerneljudge.stages.context import DeviceMemo
 
 
+WARM_UP = "warm-up"  # the spares' first pings, as the device's gate names their hold (gate.waited_for_s)
+
+
 class _Tracked:
     """The processes started for a lane or the build pool, so that `stop` can end them from another thread."""
 
@@ -78,7 +81,7 @@ class _LanePool(WorkerPool):
     def __init__(self, tracked: _Tracked):
         super().__init__()
         self.tracked = tracked
-        self.admit: Callable[[], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
+        self.admit: Callable[[str], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
         self.importing = threading.Lock()  # held while the warm-up waits for the spares' imports (`settle`)
         self.warming: threading.Thread | None = None
         self.warmed: list[WorkerProcess] = []  # the spares the warm-up has (some out of `ready` while it asks them)
@@ -118,7 +121,7 @@ class _LanePool(WorkerPool):
                     self.ready[spare.module].remove(spare)
             if not spares:
                 return
-            gate.share()
+            gate.share(WARM_UP)
             try:
                 sent = []
                 for spare in spares if not self.tracked.stopped else ():  # all at once, as an evaluation starts them
@@ -134,7 +137,7 @@ class _LanePool(WorkerPool):
                     spare.first_device = device
                     taken.append(spare)
             finally:
-                gate.unshare()
+                gate.unshare(WARM_UP)
         finally:  # whatever ended it: each of its spares back in the pool, or ended
             with self._lock:
                 lost = [p for p in self.warmed if p not in self.ready[p.module]]
