@@ -673,6 +673,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        if not self.tracked.stopped and not (warming is not None and warming.is_alive()):",
              "        if not self.tracked.stopped:", (_k("tests/test_pool.py", "warm_up_keeps"),),
              "an evaluation's end starts a second pair of spares beside the pair the warm-up holds"),
+    Mutation("gate-closing-unnamed", "batch/gate.py",
+             "            self.gate.unshare(CLOSING)", "            self.gate.unshare()",
+             (_k("tests/test_batch.py", "names_what_each_timing"),),
+             "a lane's processes ending named a request: the timings' waits for them put elsewhere"),
 )
 
 
