@@ -403,8 +403,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("worker-ran-while-stopped-ignored", "pipeline.py", "    if worker.ran_while_stopped:", "    if False:",
              ("tests/test_pool.py -k ran_while",), "a worker that ran while stopped for another's timing passes"),
     Mutation("gate-request-waits-for-itself", "batch/gate.py",
-             "        if self.requests:\n            self.gate.share_more(what)",
-             "        if False:\n            self.gate.share_more(what)",
+             "        if self.requests:\n            self.gate.share_more()",
+             "        if False:\n            self.gate.share_more()",
              ("tests/test_batch.py -k request_in_flight_sends",),
              "a lane's request waits for a timing that waits for that lane's earlier request: both wait for ever"),
     # --- the verdict, the hidden re-check, the store ----------------------------------------------------

@@ -78,8 +78,8 @@ class DeviceGate:
             self.stopped = True
             self.condition.notify_all()
 
-    def share(self, what: str = "request") -> float:
-        """Wait for no timing (running or waiting); the seconds waited. `what` shares it (`unshare` says it again)."""
+    def share(self) -> float:
+        """Wait for no timing (running or waiting); the seconds waited."""
         started = self.clock()
         with self.condition:
             while (self.timing or self.timings_waiting) and not self.stopped:
@@ -88,7 +88,7 @@ class DeviceGate:
             self.sharing += 1
         return self.clock() - started
 
-    def share_more(self, what: str = "request") -> None:
+    def share_more(self) -> None:
         """One more request of a lane that shares the device already: no wait, even for a waiting timing. The
         lane may take the reply the timing waits for only after this request's (the referee's setup, sent
         before the worker's build and collected after it): waiting here would wait for itself."""
@@ -97,6 +97,7 @@ class DeviceGate:
             self.sharing += 1
 
     def unshare(self, what: str = "request") -> None:
+        """One hold ends; `what` it was (`waited_for_s`)."""
         with self.condition:
             self._account()
             self.sharing -= 1
@@ -158,7 +159,7 @@ class Holder:
             if self.held == "timing":
                 self.gate.share_after_timing()
             elif self.held is None:
-                self._share(CLOSING)
+                self._share()
             self.held = "shared"
         elif stage in TIMED and self.held != "timing":
             self.release()
@@ -173,7 +174,7 @@ class Holder:
         `DeviceGate.share_more`). Returns what to call when the reply is taken (or the request failed)."""
         if self.held is not None:
             return _nothing
-        self._share(what)
+        self._share()
         self._sent += 1
         request = self._sent
         self.requests[request] = what
@@ -183,12 +184,12 @@ class Holder:
                 self.gate.unshare(self.requests.pop(request))
         return replied
 
-    def _share(self, what: str) -> None:
+    def _share(self) -> None:
         """Share the gate: at once while a request of the evaluation's is in flight, else after waiting."""
         if self.requests:
-            self.gate.share_more(what)
+            self.gate.share_more()
         else:
-            self.on_wait(self.gate.share(what))
+            self.on_wait(self.gate.share())
 
     def release(self) -> None:
         """Let go of every hold: the evaluation's own, and its requests' (a timing does not wait for its own)."""

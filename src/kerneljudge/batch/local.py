@@ -121,7 +121,7 @@ class _LanePool(WorkerPool):
                     self.ready[spare.module].remove(spare)
             if not spares:
                 return
-            gate.share(WARM_UP)
+            gate.share()
             try:
                 sent = []
                 for spare in spares if not self.tracked.stopped else ():  # all at once, as an evaluation starts them
