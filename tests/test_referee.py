@@ -376,11 +376,13 @@ def test_an_output_described_as_a_made_up_device_handle_is_refused(fast):
     assert result.memory["outputs_cross"] == "host memory"
 
 
-def test_the_range_plan_puts_back_every_state_entry_it_moved():
+def test_the_range_plan_and_a_kept_plans_check_put_back_every_state_entry_they_moved():
     """The range plan moves each state entry it tries in place (no float64 copy of the model) and puts it back from
     its copy: with a clock that never ends its budget, every entry of a small model is tried, each call of the
     plan sees one entry moved at most (the one its move tried; none where the inputs are moved), and the model's
-    state is the same bit for bit after (a moved weight left in place changes every later expectation)."""
+    state is the same bit for bit after (a moved weight left in place changes every later expectation). So does
+    the check of a kept plan on another draw (ranges.kept), which keeps it where it covers as much there, and
+    says where it fell short otherwise."""
     from kerneljudge.referee import ranges
 
     torch.manual_seed(0)
@@ -390,9 +392,18 @@ def test_the_range_plan_puts_back_every_state_entry_it_moved():
     moved_at_calls = []  # (the inputs moved?, the entries moved) at each call
     model.register_forward_pre_hook(lambda module, args: moved_at_calls.append((not torch.equal(args[0], x), [
         name for name, t in module.state_dict().items() if not torch.equal(t, before[name])])))
-    ranges.plan(model, [x], seed=3, clock_ms=lambda: 0.0)
+    plan = ranges.plan(model, [x], seed=3, clock_ms=lambda: 0.0)
     assert any(inputs for inputs, _ in moved_at_calls) and any(entries for _, entries in moved_at_calls)
     assert all(len(entries) <= (0 if inputs else 1) for inputs, entries in moved_at_calls), moved_at_calls
+    moved_entries = [t for t in plan["probes"] if t["target"] in before]
+    assert moved_entries, plan["probes"]
+    moved_at_calls.clear()
+    kept, short = ranges.kept(model, [x], 3, plan)  # the same draw: as much covered, the same rows
+    assert kept["probes"] == plan["probes"] and kept["sites"] == plan["sites"] and short == []
+    assert sum(1 for _, entries in moved_at_calls if entries) == len(moved_entries)
+    claimed = {site: {**covered, "probed": covered["probed"] + 0.0625} for site, covered in plan["sites"].items()}
+    kept, short = ranges.kept(model, [x], 4, {**plan, "sites": claimed})  # a plan that had covered more
+    assert kept is None and len(short) == len(claimed) and short[0].startswith("gelu#0: ")
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before), [
         name for name in before if not torch.equal(before[name], after[name])]

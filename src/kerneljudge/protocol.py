@@ -290,10 +290,13 @@ class StateEntries(Request):
 @request
 @dataclass(frozen=True)
 class RangePlan(Request):
-    """The range probes for this problem (referee/ranges.py), chosen on inputs from `seed`. Reply: probes
-    (transforms), skipped (reasons), sites (the curved ranges covered, by default and with the probes)."""
+    """The range probes for this problem (referee/ranges.py), chosen on inputs from `seed`, or `kept` (a plan made
+    on another draw) where it covers as much on this one. Reply: probes (transforms), skipped (reasons), sites (the
+    curved ranges covered, by default and with the probes), plan ("made", "kept", or "remade" where the kept plan
+    fell short: `short` says where), reusable (whether the plan made may be kept for other draws)."""
     op: ClassVar[str] = "range-plan"
     seed: int
+    kept: dict | None = None
 
 
 @request

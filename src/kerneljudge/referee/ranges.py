@@ -152,14 +152,7 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
         if tried >= first_round and clock_ms() - started > budget_ms:
             break
         tried += 1
-        if transform.target in state:
-            move(state, originals, transform)
-            try:
-                seen = _covered(model, clone_args(args))
-            finally:
-                put_back(state, originals)  # (its copy kept for the target's next move)
-        else:
-            seen = _covered(model, transform.inputs(clone_args(args)))
+        seen = _covered_moved(model, state, originals, args, transform)
         if seen is None:
             overflowing.append(transform.label)
         else:
@@ -198,8 +191,57 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
             # secret seed, no move left untried for the time (the moment's), the rows move's seed drawn again
             "reusable": not sampled and not untried,
             "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]] + untried,
-            "sites": {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
-                      for site, bins in covered.items()}}
+            "sites": _sites(base, covered)}
+
+
+def kept(model: torch.nn.Module, args: list, seed: int, plan: dict) -> tuple[dict | None, list[str]]:
+    """`plan`, made on another draw of the problem and kept (stages/probe.py), for this draw: its probes with this
+    draw's rows move (drawn from `seed`) and what they cover here, where they cover at every op site at least the
+    bins of the curved range they covered on the draw they were chosen on; else None, and where they fell short.
+    Moves chosen on one draw can miss on another: on level2/51's small preset (64 rows) a plan whose two moves
+    covered all of GELU's range on its draw covered as little as half of it on others, and a tanh GELU passed six
+    candidates in thirty that took it (thirtieth session); each one's own plan failed it."""
+    transforms = [Transform.from_json(t) for t in plan.get("probes", [])]
+    transforms = [Transform(t.target, t.scale, t.shift, rows_seed(seed)) if t.rows else t for t in transforms]
+    base, _ = _covered(model, clone_args(args)) or ({}, 1.0)
+    covered = {site: set(bins) for site, bins in base.items()}
+    state = model.state_dict(keep_vars=True)
+    originals = Originals()
+    short = []
+    try:
+        for transform in transforms:
+            seen = _covered_moved(model, state, originals, args, transform)
+            if seen is None:
+                short.append(f"{transform.label}: the reference overflows")
+            for site, bins in (seen[0] if seen else {}).items():
+                covered.setdefault(site, set()).update(bins)
+    finally:
+        move(state, originals, None)  # (the copies let go)
+    sites = _sites(base, covered)
+    short += [f"{site}: {sites.get(site, {}).get('probed', 0.0):g} of its curved range, {then['probed']:g} where planned"
+              for site, then in plan.get("sites", {}).items() if sites.get(site, {}).get("probed", 0.0) < then["probed"]]
+    if short:
+        return None, short
+    return {"probes": [t.to_json() for t in transforms], "skipped": list(plan.get("skipped", [])), "sites": sites}, []
+
+
+def _covered_moved(model: torch.nn.Module, state: dict, originals: Originals, args: list, transform: Transform
+                   ) -> tuple[dict[str, set[int]], float] | None:
+    """`_covered` with `transform` made: a state entry moved in place and put back from its copy in host memory
+    (kept in `originals` for the entry's next move), or the inputs moved."""
+    if transform.target in state:
+        move(state, originals, transform)
+        try:
+            return _covered(model, clone_args(args))
+        finally:
+            put_back(state, originals)
+    return _covered(model, transform.inputs(clone_args(args)))
+
+
+def _sites(base: dict[str, set[int]], covered: dict[str, set[int]]) -> dict[str, dict[str, float]]:
+    """The share of each op site's curved range the default draw covers, and with the probes."""
+    return {site: {"default": round(len(base.get(site, ())) / BINS, 3), "probed": round(len(bins) / BINS, 3)}
+            for site, bins in covered.items()}
 
 
 def tolerance(outline: Outline, expected, expected64, atol: float, rtol: float) -> tuple[float, float, str | None]:

@@ -298,7 +298,13 @@ class Referee:
         if not session.plan.usable:
             return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}, []
         try:
-            return ranges.plan(session.native(), inputs, request.seed, lambda: _clock_ns() / 1e6), []
+            short = []
+            if request.kept is not None:
+                kept, short = ranges.kept(session.native(), inputs, request.seed, request.kept)
+                if kept is not None:
+                    return {**kept, "plan": "kept"}, []
+            planned = ranges.plan(session.native(), inputs, request.seed, lambda: _clock_ns() / 1e6)
+            return {**planned, "plan": "remade", "short": short} if short else {**planned, "plan": "made"}, []
         except RuntimeError as exc:
             why = f"the reference fails on the probes' draws: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return {"probes": [], "skipped": [why], "sites": {}}, []

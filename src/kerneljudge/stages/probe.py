@@ -17,7 +17,7 @@ from typing import Callable
 
 from kerneljudge import protocol
 from kerneljudge.records import Finding
-from kerneljudge.seeds import derive_seed, rows_seed
+from kerneljudge.seeds import derive_seed
 from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
 
 STAGE = "probe"
@@ -249,7 +249,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
     nonlinear ops see their curved range; the referee chooses the moves from the problem itself
     (referee/ranges.py) and compares against float64 with a tolerance relative to the output's magnitude.
     The state entries are put back afterwards."""
-    plan, kept = _range_plan(j)
+    plan = _range_plan(j)
     transforms = [t for t in plan.get("probes", []) if isinstance(t, dict)]
     skipped = [str(s) for s in plan.get("skipped", [])]
     missed = []
@@ -271,7 +271,8 @@ def probe_ranges(j: Judging) -> list[Finding]:
     if transforms:
         _set_range(j, None)
     j.info["ranges"] = {"probes": [t.get("label") for t in transforms], "sites": plan.get("sites", {}),
-                        "skipped": skipped, "plan": "kept" if kept else "made"}
+                        "skipped": skipped, "plan": plan.get("plan", "made"),
+                        **({"short": plan["short"]} if plan.get("short") else {})}
     findings = [Finding.of("probe-skipped", f"range probes: {'; '.join(skipped)}", stage=STAGE, probes=["ranges"])
                 ] if skipped else []
     if missed:
@@ -282,24 +283,26 @@ def probe_ranges(j: Judging) -> list[Finding]:
     return findings
 
 
-def _range_plan(j: Judging) -> tuple[dict, bool]:
-    """The referee's plan of range moves (referee/ranges.py), or the one an earlier candidate of the problem got
-    on this device in a batch (`Judging.memo`), and whether it was that one. Only a plan the referee calls the
-    problem's alone is kept (none of its targets sampled with that candidate's secret seed, none of its moves
-    left untried for the time, a moment's), and its rows move, which the seed draws too, takes this candidate's
-    (seeds.rows_seed): the secret part of the moves is each candidate's own. (The moves were chosen on the first
-    candidate's draw: run alone, a result's `reproduce` command plans again, and may choose others.)"""
+def _range_plan(j: Judging) -> dict:
+    """The referee's plan of range moves (referee/ranges.py): its own for this candidate's draw, or in a batch the
+    one an earlier candidate of the problem got on this device (`Judging.memo`), where its moves cover on this
+    candidate's draw as much of each op's curved range as they did on the draw they were chosen on (else the
+    referee plans again: `plan` "remade", `short` says where the kept one fell short, and the problem's later
+    candidates plan on their own draws). Only a plan the referee calls the problem's alone is kept (none of its
+    targets sampled with that candidate's secret seed, none of its moves left untried for the time, a moment's),
+    and its rows move, which the seed draws too, takes this candidate's (seeds.rows_seed): the secret part of the
+    moves is each candidate's own. (Run alone, a result's `reproduce` command plans on its own draw, and may
+    choose other moves.)"""
     seed = _seed(j, "range-plan")
     plans, key = (j.memo.range_plans, j.problem_id) if j.memo is not None and j.problem_id else (None, None)
-    if plans is not None and key in plans:
-        kept = plans[key]
-        probes = [{**t, "rows": rows_seed(seed)} if t.get("rows") else t for t in kept["probes"]]
-        return {**kept, "probes": probes}, True
-    reply = j.take(j.referee.call(protocol.RangePlan(seed)), STAGE)
-    plan = {name: reply[name] for name in ("probes", "skipped", "sites") if name in reply}
-    if plans is not None and plan.get("probes") and reply.get("reusable") is True:
-        plans[key] = plan
-    return plan, False
+    kept = plans.get(key) if plans is not None else None
+    reply = j.take(j.referee.call(protocol.RangePlan(seed, kept)), STAGE)
+    plan = {name: reply[name] for name in ("probes", "skipped", "sites", "plan", "short") if name in reply}
+    if plans is not None and plan.get("plan") == "remade":
+        plans[key] = None
+    elif plans is not None and key not in plans and plan.get("probes") and reply.get("reusable") is True:
+        plans[key] = {name: plan[name] for name in ("probes", "skipped", "sites")}
+    return plan
 
 
 def _set_range(j: Judging, transform: dict | None) -> None:
