@@ -443,7 +443,8 @@ def test_a_kept_range_plan_serves_a_draw_it_covers_and_is_remade_for_one_it_does
     seed 19's draw the plan made on seed 1000's covers all of GELU's range and is kept; on seed 8's it covers
     7 of 16 bins, and a tanh GELU passed with it before the plan was checked (6 seeds in 30 did; CI saw one). The
     plan is made again there, the approximation fails, and the problem's later candidates plan on their own
-    draws."""
+    draws. (The seeds' outcomes rest on torch's CPU draws and arithmetic: another torch may move a value across
+    a bin's edge, and other seeds would be needed.)"""
     from conftest import CANDIDATES as FILES, SEED
     from kerneljudge.seeds import derive_seed, rows_seed
 

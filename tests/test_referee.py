@@ -381,8 +381,9 @@ def test_the_range_plan_and_a_kept_plans_check_put_back_every_state_entry_they_m
     its copy: with a clock that never ends its budget, every entry of a small model is tried, each call of the
     plan sees one entry moved at most (the one its move tried; none where the inputs are moved), and the model's
     state is the same bit for bit after (a moved weight left in place changes every later expectation). So does
-    the check of a kept plan on another draw (ranges.kept), which keeps it where it covers as much there, and
-    says where it fell short otherwise."""
+    the check of a kept plan on a candidate's draw (ranges.kept): kept on the draw it was made on, with the same
+    coverage; not kept on a narrower draw, where its moves miss bins of GELU's range they covered, and it says which
+    site fell short; and its entries put back when the reference raises with one of them moved."""
     from kerneljudge.referee import ranges
 
     torch.manual_seed(0)
@@ -401,9 +402,17 @@ def test_the_range_plan_and_a_kept_plans_check_put_back_every_state_entry_they_m
     kept, short = ranges.kept(model, [x], 3, plan)  # the same draw: as much covered, the same rows
     assert kept["probes"] == plan["probes"] and kept["sites"] == plan["sites"] and short == []
     assert sum(1 for _, entries in moved_at_calls if entries) == len(moved_entries)
-    claimed = {site: {**covered, "probed": covered["probed"] + 0.0625} for site, covered in plan["sites"].items()}
-    kept, short = ranges.kept(model, [x], 4, {**plan, "sites": claimed})  # a plan that had covered more
-    assert kept is None and len(short) == len(claimed) and short[0].startswith("gelu#0: ")
+    kept, short = ranges.kept(model, [x * 0.01], 4, plan)  # a draw in a narrow band: the moves cover less there
+    assert kept is None and len(short) == 1 and short[0].startswith("gelu#0: ") and "bins missed" in short[0], short
+
+    def raise_when_moved(module, args):
+        if any(not torch.equal(t, before[name]) for name, t in module.state_dict().items()):
+            raise RuntimeError("the reference fails with a moved entry")
+
+    hook = model.register_forward_pre_hook(raise_when_moved)
+    with pytest.raises(RuntimeError, match="moved entry"):
+        ranges.kept(model, [x], 3, plan)
+    hook.remove()
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before), [
         name for name in before if not torch.equal(before[name], after[name])]

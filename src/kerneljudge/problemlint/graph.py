@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from kerneljudge.proc.failures import exception_line
+
 REDUCTIONS = frozenset("sum mean amax amin max min prod logsumexp softmax log_softmax softmin var std median "
                        "cumsum cumprod nansum nanmean argmax argmin all any".split())
 CONSTANT_OVER_ONE = {"softmax": "1", "softmin": "1", "log_softmax": "0", "var": "0 (or NaN)", "std": "0 (or NaN)",
@@ -74,7 +76,7 @@ def redundancies(model: torch.nn.Module, inputs: list) -> tuple[list[dict], str]
     try:
         gm, values = trace(model, inputs)
     except Exception as exc:  # noqa: BLE001 - fx cannot trace every forward
-        return [], f"not traced ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+        return [], f"not traced ({exception_line(exc, 120)})"
     found: list[dict] = []
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module", "placeholder"):

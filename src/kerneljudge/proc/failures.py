@@ -96,6 +96,13 @@ def _where(tb: TracebackType | None, source_file: str | None) -> str:
     return f" at {name}:{frame.lineno} (`{(frame.line or '').strip()}`)"
 
 
+def exception_line(exc: BaseException, limit: int) -> str:
+    """'TypeName: the first line of its message', that line cut at `limit` characters: an exception said in a
+    report's line."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0][:limit] if text else ''}"
+
+
 def _first_line(text: str) -> str:
     return _clip(text.strip().splitlines()[0] if text.strip() else text, 400)
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from kerneljudge.proc.failures import exception_line
 from kerneljudge.proc.inputs import seed_generators
 
 
@@ -226,4 +227,4 @@ def estimate_footprint(problem, init_inputs: list, seed: int) -> dict[str, Any]:
             out = model(*inputs)
         return {"parameters_bytes": parameters, "inputs_bytes": input_bytes, "outputs_bytes": tensor_bytes(out)}
     except Exception as exc:  # noqa: BLE001 - the problem's code on the meta device; the estimate is optional
-        return {"unknown": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+        return {"unknown": exception_line(exc, 200)}

@@ -29,6 +29,7 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from kerneljudge.proc import memory
+from kerneljudge.proc.failures import exception_line
 from kerneljudge.proc.inputs import clone_args
 from kerneljudge.referee.compare import float64_blocks
 
@@ -153,8 +154,7 @@ class Float64Plan:
             except torch.OutOfMemoryError:
                 self.chunks = 2
             except Exception as exc:  # noqa: BLE001 - a reference that builds float32 tensors in forward
-                self.give_up(f"the reference fails in float64 ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+                self.give_up(f"the reference fails in float64 ({exception_line(exc, 160)})")
                 return None
         if self.separable is None:
             with checks_aside():

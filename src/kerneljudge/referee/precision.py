@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from kerneljudge.proc.failures import exception_line
 from kerneljudge.referee.upcast import BLOCK_BYTES, upcast_call
 
 ONE_PRECISION_FROM_BYTES = 256 << 20  # parameters and buffers from this size on are held at one precision at a time
@@ -86,7 +87,7 @@ class Precisions:
             if self.copy64 is None:
                 self.copy64 = copy.deepcopy(self.model).to(torch.float64)
         except Exception as exc:  # noqa: BLE001 - the problem's module may not convert; the plan says why
-            self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            self.failed = exception_line(exc, 160)
             self.native()
             return None
         return self.copy64

@@ -172,36 +172,46 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
         chosen.append(transform)
         for site, more in bins.items():
             covered.setdefault(site, set()).update(more)
+
+    def chosen_if_covered(transform: Transform) -> bool:
+        """`transform` chosen, and what it covers added, unless the reference overflows with it."""
+        seen = _covered(model, transform.inputs(clone_args(args)))
+        if seen is not None:
+            chosen.append(transform)
+            for site, more in seen[0].items():
+                covered.setdefault(site, set()).update(more)
+        return seen is not None
+
     for fallback in FALLBACKS:  # nothing curved (or little): the inputs still move off their default draw
-        if len(chosen) < MIN_PROBES and _covered(model, fallback.inputs(clone_args(args))) is not None:
-            chosen.append(fallback)
+        if len(chosen) < MIN_PROBES:
+            chosen_if_covered(fallback)
     for i in sorted(centered_inputs):
         shifted = Transform(f"input:{i}", shift=OVERFLOW_SHIFT)
-        if _covered(model, shifted.inputs(clone_args(args))) is not None:
-            chosen.append(shifted)
-        else:
+        if not chosen_if_covered(shifted):
             overflowing.append(shifted.label)
     rows = _rows_move(args, seed)
-    if rows is not None and _covered(model, rows.inputs(clone_args(args))) is not None:
-        chosen.append(rows)
+    if rows is not None:
+        chosen_if_covered(rows)
     untried = [f"{len(candidates) - tried} of the {len(candidates)} candidate moves not tried within the plan's "
                f"{budget_ms / 1000:g} s (each a call of the reference)"] if tried < len(candidates) else []
     return {"probes": [t.to_json() for t in chosen],
-            # the problem's alone, to reuse for its other candidates (stages/probe.py): no target sampled with the
+            # the problem's alone, to offer its other candidates (stages/probe.py): no target sampled with the
             # secret seed, no move left untried for the time (the moment's), the rows move's seed drawn again
             "reusable": not sampled and not untried,
             "skipped": [f"{label}: the reference overflows" for label in overflowing[:4]] + untried,
-            "sites": _sites(base, covered)}
+            "sites": _sites(base, covered),
+            "bins": {site: sorted(bins) for site, bins in covered.items()}}  # (for `kept`: not in the result)
 
 
-def kept(model: torch.nn.Module, args: list, seed: int, plan: dict) -> tuple[dict | None, list[str]]:
-    """`plan`, made on another draw of the problem and kept (stages/probe.py), for this draw: its probes with this
-    draw's rows move (drawn from `seed`) and what they cover here, where they cover at every op site at least the
-    bins of the curved range they covered on the draw they were chosen on; else None, and where they fell short.
-    Moves chosen on one draw can miss on another: on level2/51's small preset (64 rows) a plan whose two moves
-    covered all of GELU's range on its draw covered as little as half of it on others, and a tanh GELU passed six
-    candidates in thirty that took it (thirtieth session); each one's own plan failed it."""
-    transforms = [Transform.from_json(t) for t in plan.get("probes", [])]
+def kept(model: torch.nn.Module, args: list, seed: int, offered: dict) -> tuple[dict | None, list[str]]:
+    """`offered`, a plan made on another draw of the problem and kept (stages/probe.py), for this draw: its probes
+    with this draw's rows move (drawn from `seed`) and what they cover here, where at every op site they cover every
+    bin of the curved range they covered on the draw they were chosen on (`plan`'s bins: the default draw and every
+    probe, counted alike here); else None, and where they fell short. Moves chosen on one draw can miss on another:
+    on level2/51's small preset (64 rows) a plan whose moves covered all of GELU's range on its draw covered 25-88%
+    of it on 29 others, and a tanh GELU passed 6 of 30 candidates that took it unchecked (thirtieth session); each
+    one's own plan failed it."""
+    transforms = [Transform.from_json(t) for t in offered["probes"]]
     transforms = [Transform(t.target, t.scale, t.shift, rows_seed(seed)) if t.rows else t for t in transforms]
     base, _ = _covered(model, clone_args(args)) or ({}, 1.0)
     covered = {site: set(bins) for site, bins in base.items()}
@@ -218,11 +228,14 @@ def kept(model: torch.nn.Module, args: list, seed: int, plan: dict) -> tuple[dic
     finally:
         move(state, originals, None)  # (the copies let go)
     sites = _sites(base, covered)
-    short += [f"{site}: {sites.get(site, {}).get('probed', 0.0):g} of its curved range, {then['probed']:g} where planned"
-              for site, then in plan.get("sites", {}).items() if sites.get(site, {}).get("probed", 0.0) < then["probed"]]
+    for site, planned in offered["bins"].items():
+        missed = set(planned) - covered.get(site, set())
+        if missed:
+            short.append(f"{site}: {sites.get(site, {}).get('probed', 0.0):g} of its curved range here, "
+                         f"{round(len(planned) / BINS, 3):g} where planned ({len(missed)} of those {len(planned)} bins missed)")
     if short:
         return None, short
-    return {"probes": [t.to_json() for t in transforms], "skipped": list(plan.get("skipped", [])), "sites": sites}, []
+    return {"probes": [t.to_json() for t in transforms], "skipped": list(offered["skipped"]), "sites": sites}, []
 
 
 def _covered_moved(model: torch.nn.Module, state: dict, originals: Originals, args: list, transform: Transform

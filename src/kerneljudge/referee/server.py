@@ -18,7 +18,7 @@ import torch
 
 from kerneljudge import protocol, timing
 from kerneljudge.proc import deviceshare, machine, memory, tensorwire
-from kerneljudge.proc.failures import classify
+from kerneljudge.proc.failures import classify, exception_line
 from kerneljudge.proc.inputs import same_bits, seed_generators
 from kerneljudge.proc.perturb import digest, fingerprint
 from kerneljudge.proc.profile import output_aliases, profile_calls
@@ -293,21 +293,24 @@ class Referee:
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
         session = self.session
         inputs = session.plan.sample(session.draw(request.seed, expect=False))
+        how = "made" if request.kept is None else "remade"  # (a kept plan that falls short, or fails, is made again)
         # no range probes where the float64 reference does not run (the plan gave up on it, e.g. a forward
         # that builds float32 tensors itself): their outputs are compared with it
         if not session.plan.usable:
-            return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}}, []
-        try:
-            short = []
-            if request.kept is not None:
+            return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}, "plan": how}, []
+        short = []
+        if request.kept is not None:
+            try:
                 kept, short = ranges.kept(session.native(), inputs, request.seed, request.kept)
-                if kept is not None:
-                    return {**kept, "plan": "kept"}, []
+            except RuntimeError as exc:
+                kept, short = None, [_failed("the kept plan's moves", exc)]
+            if kept is not None:
+                return {**kept, "plan": "kept"}, []
+        try:
             planned = ranges.plan(session.native(), inputs, request.seed, lambda: _clock_ns() / 1e6)
-            return {**planned, "plan": "remade", "short": short} if short else {**planned, "plan": "made"}, []
         except RuntimeError as exc:
-            why = f"the reference fails on the probes' draws: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            return {"probes": [], "skipped": [why], "sites": {}}, []
+            planned = {"probes": [], "skipped": [_failed("the probes' draws", exc)], "sites": {}}
+        return {**planned, "plan": how, **({"short": short} if short else {})}, []
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None
@@ -351,7 +354,7 @@ class Referee:
             return self.timed.describe(request.describe), []  # torch.compile compiles here, outside the timing
         except Exception as exc:  # noqa: BLE001
             self.timed = None
-            return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}, []
+            return {"unavailable": exception_line(exc, 300)}, []
 
     def time_batch(self, request: protocol.TimeBatch, blobs: list) -> Reply:
         refills = {int(k): int(v) for k, v in request.refills.items()}
@@ -397,3 +400,8 @@ class Referee:
 
         return analysis.lint(request.problem, self.device, shrink=request.shrink, timed=request.timed,
                              bounded=request.bounded), []
+
+
+def _failed(what: str, exc: RuntimeError) -> str:
+    """Why range probes were not made: the reference raised on `what`."""
+    return f"the reference fails on {what}: {exception_line(exc, 200)}"

@@ -28,8 +28,8 @@ class DeviceMemo:
     (measure.py; cross-checked by a short eager run at each candidate), and the range probes' plan, by problem
     (`Judging.problem_id`; probe.py: making the plan runs the reference dozens of times, 0.53 s of a level2/51
     evaluation's 2.05 s of probes on an idle H100, more beside other lanes; checking a kept one on a candidate's
-    draw, once per move). A kept plan that covered less on a later candidate's draw is None: where the nonlinear
-    ops bend moves with the draw there, and each candidate of the problem plans on its own draw."""
+    draw runs it once, and once per move). A kept plan that covered less on a later candidate's draw is None:
+    where the nonlinear ops bend moves with the draw there, and each candidate of the problem plans on its own."""
 
     baselines: dict[str, Any] = field(default_factory=dict)
     range_plans: dict[str, dict[str, Any] | None] = field(default_factory=dict)

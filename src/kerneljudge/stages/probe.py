@@ -286,7 +286,7 @@ def probe_ranges(j: Judging) -> list[Finding]:
 def _range_plan(j: Judging) -> dict:
     """The referee's plan of range moves (referee/ranges.py): its own for this candidate's draw, or in a batch the
     one an earlier candidate of the problem got on this device (`Judging.memo`), where its moves cover on this
-    candidate's draw as much of each op's curved range as they did on the draw they were chosen on (else the
+    candidate's draw every bin of each op's curved range they covered on the draw they were chosen on (else the
     referee plans again: `plan` "remade", `short` says where the kept one fell short, and the problem's later
     candidates plan on their own draws). Only a plan the referee calls the problem's alone is kept (none of its
     targets sampled with that candidate's secret seed, none of its moves left untried for the time, a moment's),
@@ -301,7 +301,7 @@ def _range_plan(j: Judging) -> dict:
     if plans is not None and plan.get("plan") == "remade":
         plans[key] = None
     elif plans is not None and key not in plans and plan.get("probes") and reply.get("reusable") is True:
-        plans[key] = {name: plan[name] for name in ("probes", "skipped", "sites")}
+        plans[key] = {name: reply[name] for name in ("probes", "skipped", "sites", "bins")}
     return plan
 
 
