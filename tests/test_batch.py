@@ -488,6 +488,25 @@ def test_a_kept_range_plan_serves_a_draw_it_covers_and_is_remade_for_one_it_does
     assert asked.count("range-plan") == 5
 
 
+def test_a_kept_range_plan_whose_moves_the_reference_refuses_on_a_draw_is_made_again(fast, tmp_path):
+    """A reference that raises on some draws once its weight is moved x10: the plan made on seed 1's draw (`w x10`
+    among its moves) makes it raise on seed 13's. The check of the offered plan says so, and the referee plans again
+    there (`remade`; that plan fails on the draw too, and says why); the candidate is judged, not errored."""
+    from conftest import CANDIDATES as FILES
+
+    problem = FILES / "probes" / "raising_problem.py"
+    honest = tmp_path / "raising_honest.py"
+    honest.write_text(problem.read_text().replace("class Model(", "class ModelNew("))
+    jobs = [{"problem": str(problem), "solution": str(honest), "options": {"check": {"seed": seed}}} for seed in (1, 13)]
+    first, second = sorted(api.evaluate_many(jobs, fast, lanes=1), key=lambda f: int(f.job.id))
+    made, remade = first.result.probes["ranges"], second.result.probes["ranges"]
+    assert made["plan"] == "made" and "w x10" in made["probes"], made
+    assert remade["plan"] == "remade" and remade["short"] == [
+        "the reference fails on the kept plan's moves: RuntimeError: this reference refuses a large weight on this "
+        "draw"], remade
+    assert second.result.verdict == "pass", [(f.code, f.message) for f in second.result.findings]
+
+
 def test_a_range_plan_that_sampled_its_targets_with_a_candidates_seed_is_not_kept(fast, monkeypatch):
     """13 inputs and entries, more than the plan tries (MAX_TENSORS): which it tries is drawn from the candidate's
     secret seed, so the plan is not the problem's alone, and each candidate gets its own."""
