@@ -497,7 +497,8 @@ def test_a_kept_range_plan_whose_moves_the_reference_refuses_on_a_draw_is_made_a
     problem = FILES / "probes" / "raising_problem.py"
     honest = tmp_path / "raising_honest.py"
     honest.write_text(problem.read_text().replace("class Model(", "class ModelNew("))
-    jobs = [{"problem": str(problem), "solution": str(honest), "options": {"check": {"seed": seed}}} for seed in (1, 13)]
+    jobs = [{"problem": str(problem), "solution": str(honest), "options": {"check": {"seed": seed}}}
+            for seed in (1, 13)]
     first, second = sorted(api.evaluate_many(jobs, fast, lanes=1), key=lambda f: int(f.job.id))
     made, remade = first.result.probes["ranges"], second.result.probes["ranges"]
     assert made["plan"] == "made" and "w x10" in made["probes"], made

@@ -232,7 +232,8 @@ def kept(model: torch.nn.Module, args: list, seed: int, offered: dict) -> tuple[
         missed = set(planned) - covered.get(site, set())
         if missed:
             short.append(f"{site}: {sites.get(site, {}).get('probed', 0.0):g} of its curved range here, "
-                         f"{round(len(planned) / BINS, 3):g} where planned ({len(missed)} of those {len(planned)} bins missed)")
+                         f"{round(len(planned) / BINS, 3):g} where planned "
+                         f"({len(missed)} of those {len(planned)} bins missed)")
     if short:
         return None, short
     return {"probes": [t.to_json() for t in transforms], "skipped": list(offered["skipped"]), "sites": sites}, []
