@@ -489,9 +489,10 @@ def test_a_kept_range_plan_serves_a_draw_it_covers_and_is_remade_for_one_it_does
 
 
 def test_a_kept_range_plan_whose_moves_the_reference_refuses_on_a_draw_is_made_again(fast, tmp_path):
-    """A reference that raises on some draws once its weight is moved x10: the plan made on seed 1's draw (`w x10`
-    among its moves) makes it raise on seed 13's. The check of the offered plan says so, and the referee plans again
-    there (`remade`; that plan fails on the draw too, and says why); the candidate is judged, not errored."""
+    """A reference that raises (a ValueError: the problem's code may raise anything) on some draws once its weight
+    is moved x10: the plan made on seed 1's draw (`w x10` among its moves) makes it raise on seed 13's. The check of
+    the offered plan says so, and the referee plans again there (`remade`; that plan fails on the draw too, and says
+    why); the candidate is judged, not errored."""
     from conftest import CANDIDATES as FILES
 
     problem = FILES / "probes" / "raising_problem.py"
@@ -503,8 +504,10 @@ def test_a_kept_range_plan_whose_moves_the_reference_refuses_on_a_draw_is_made_a
     made, remade = first.result.probes["ranges"], second.result.probes["ranges"]
     assert made["plan"] == "made" and "w x10" in made["probes"], made
     assert remade["plan"] == "remade" and remade["short"] == [
-        "the reference fails on the kept plan's moves: RuntimeError: this reference refuses a large weight on this "
+        "the reference fails on the kept plan's moves: ValueError: this reference refuses a large weight on this "
         "draw"], remade
+    assert remade["probes"] == [] and remade["skipped"] == [
+        "the reference fails on the probes' draws: ValueError: this reference refuses a large weight on this draw"]
     assert second.result.verdict == "pass", [(f.code, f.message) for f in second.result.findings]
 
 

@@ -291,10 +291,10 @@ class StateEntries(Request):
 @dataclass(frozen=True)
 class RangePlan(Request):
     """The range probes for this problem (referee/ranges.py), chosen on inputs from `seed`, or `kept` (a plan made
-    on another draw) where it covers as much on this one. Reply: probes (transforms), skipped (reasons), sites (the
-    curved ranges covered, by default and with the probes), plan ("made", "kept", or "remade" where the kept plan
-    fell short: `short` says where), and for a plan made, bins (what `sites` counts, for a later `kept`) and
-    reusable (whether it may be offered to other draws)."""
+    on another draw) where its moves cover here every bin of the curved ranges they covered there. Reply: probes
+    (transforms), skipped (reasons), sites (the curved ranges covered, by default and with the probes), plan
+    ("made", "kept", or "remade" where the kept plan fell short: `short` says why), and for a plan made, bins (what
+    `sites` counts, for a later `kept`) and reusable (whether it may be offered to other draws)."""
     op: ClassVar[str] = "range-plan"
     seed: int
     kept: dict | None = None

@@ -293,24 +293,26 @@ class Referee:
     def range_plan(self, request: protocol.RangePlan, blobs: list) -> Reply:
         session = self.session
         inputs = session.plan.sample(session.draw(request.seed, expect=False))
-        how = "made" if request.kept is None else "remade"  # (a kept plan that falls short, or fails, is made again)
         # no range probes where the float64 reference does not run (the plan gave up on it, e.g. a forward
-        # that builds float32 tensors itself): their outputs are compared with it
+        # that builds float32 tensors itself): their outputs are compared with it (a kept plan, if offered, is
+        # neither checked nor dropped)
         if not session.plan.usable:
-            return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}, "plan": how}, []
+            return {"probes": [], "skipped": ["the reference cannot run in float64"], "sites": {}, "plan": "made"}, []
         short = []
         if request.kept is not None:
             try:
                 kept, short = ranges.kept(session.native(), inputs, request.seed, request.kept)
-            except RuntimeError as exc:
+            except Exception as exc:  # noqa: BLE001 - the problem's forward, on moved entries: planned again
                 kept, short = None, [_failed("the kept plan's moves", exc)]
             if kept is not None:
                 return {**kept, "plan": "kept"}, []
         try:
             planned = ranges.plan(session.native(), inputs, request.seed, lambda: _clock_ns() / 1e6)
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - the problem's forward, on moved entries: no range probes
             planned = {"probes": [], "skipped": [_failed("the probes' draws", exc)], "sites": {}}
-        return {**planned, "plan": how, **({"short": short} if short else {})}, []
+        # (a kept plan that fell short, or failed, made again: `short` says why)
+        return {**planned, "plan": "remade" if request.kept is not None else "made",
+                **({"short": short} if short else {})}, []
 
     def range_set(self, request: protocol.RangeSet, blobs: list) -> Reply:
         transform = ranges.Transform.from_json(request.transform) if request.transform else None
@@ -402,6 +404,6 @@ class Referee:
                              bounded=request.bounded), []
 
 
-def _failed(what: str, exc: RuntimeError) -> str:
+def _failed(what: str, exc: Exception) -> str:
     """Why range probes were not made: the reference raised on `what`."""
     return f"the reference fails on {what}: {exception_line(exc, 200)}"

@@ -11,7 +11,7 @@ class Model(nn.Module):
 
     def forward(self, x):
         if float(x[0, 0]) > 0.5 and float(self.w.abs().max()) > 5:
-            raise RuntimeError("this reference refuses a large weight on this draw")
+            raise ValueError("this reference refuses a large weight on this draw")
         return torch.tanh(x * self.w)
 
 
