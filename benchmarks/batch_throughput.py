@@ -342,7 +342,8 @@ def main() -> None:
             print(f"mean per {what}: " + ", ".join(f"{name} {mean_s(ms.get(name, 0.0) for ms in figures):.3f} s"
                                                    for name in names))
         plans = [(f.result.probes.get("ranges") or {}).get("plan") for f, _ in judged]
-        print(f"range plans: {plans.count('made')} made, {plans.count('kept')} kept (stages/probe.py)")
+        print(f"range plans: {plans.count('made')} made, {plans.count('kept')} kept, {plans.count('remade')} remade "
+              "(stages/probe.py)")
     shutil.rmtree(work, ignore_errors=True)
 
 

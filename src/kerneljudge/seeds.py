@@ -24,6 +24,6 @@ def fresh_seed() -> int:
 
 def rows_seed(plan_seed: int) -> int:
     """The seed of a range probe's rows move (which rows it shifts: proc/perturb.moved_rows), from its plan's seed:
-    the referee draws it when it makes the plan (referee/ranges.py), the judge again for a plan a batch kept
-    (stages/probe.py), so each candidate's rows are its own seed's."""
+    the referee draws it when it makes the plan and again when it checks a plan a batch kept (referee/ranges.py
+    `plan`, `kept`), so each candidate's rows are its own seed's."""
     return random.Random(plan_seed).randrange(1, 1 << 31)

@@ -88,8 +88,8 @@ class Backend(Protocol):
         """The judging lanes, one per device."""
 
     def device_seconds(self) -> dict[str, dict[str, float]]:
-        """Where lanes share a device: its gate's seconds in each state so far (batch/gate.py: `timing_s`,
-        `draining_s`, `shared_s`, `idle_s`), by device; {} where no device is shared."""
+        """Each device's gate, which its lanes share: its seconds in each state so far (batch/gate.py: `timing_s`,
+        `draining_s`, `shared_s`, `idle_s`), by device; {} where the lanes hold no gate (a Ray actor per GPU)."""
 
     def stop(self) -> None:
         """From another thread: end every build and evaluation in flight."""
