@@ -8,6 +8,7 @@ plan). The script counts the second one's `probes.ranges.plan` (kept or remade) 
 not fail. Seeds are pinned, so a run is repeatable; run it with `PYTHONPATH=<another checkout>/src` to compare code.
 
     python benchmarks/kept_range_plans.py --pairs 60 --set batch_size=2048
+    python benchmarks/kept_range_plans.py --pairs 12 --device cuda
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a size, as `eval --set`")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU's plans at the problem's own size)")
     args = parser.parse_args(argv)
     honest = args.honest or next(SHIPPED.glob(f"{args.problem}_*/pytorch.py"))
-    options = Options(device="cpu", store_path=None).replace(
+    options = Options(device=args.device, store_path=None).replace(
         timing={"enabled": False}, overrides=tuple(tuple(item.split("=", 1)) for item in args.set))
     plans: Counter[str] = Counter()
     not_failed = []

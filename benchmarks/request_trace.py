@@ -1,10 +1,12 @@
 """The judge's requests to the worker and the referee for one evaluation, with their wall times and the
 bytes they carried, summed by kind: where an evaluation's time goes once it crosses processes.
 Usage: PYTHONPATH=src python benchmarks/request_trace.py PROBLEM SOLUTION [--cpu] [--no-baselines]
-       [--set NAME=VALUE ...] [--warm] [--profile]
+       [--set NAME=VALUE ...] [--warm | --batch] [--budget-ms MS] [--profile]
 Bytes are counted whether they crossed inline (through the judge) or as sealed memory (`sealed` column).
 `--warm` evaluates twice with a store kept between (cached baselines, as `kerneljudge serve` has them) and
 traces the second. The gaps list says where the judge itself spent time between two requests.
+`--batch` evaluates twice as a batch on one lane (`api.evaluate_many`) and traces the second from the first's
+result on: the kept baselines' short eager run and the kept range plan, as a batch's later candidates have them.
 `--profile` runs the traced evaluation under cProfile in the judge and in the referee (proc/serve.py's
 KERNELJUDGE_PROFILE_DIR) and prints each one's most expensive calls.
 """
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kerneljudge import api, isolation, sealed
+from kerneljudge import api, isolation, sealed, suite
 from kerneljudge.options import Options
 
 carried: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])  # bytes inline, sealed, by kind
@@ -64,14 +66,20 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--warm", action="store_true", help="trace a second evaluation (store kept)")
+    parser.add_argument("--budget-ms", type=float, default=None, help="the timing's budget (batch_throughput.py: 300)")
+    parser.add_argument("--batch", action="store_true", help="trace a batch's second candidate (kept baselines)")
     parser.add_argument("--profile", action="store_true", help="cProfile the judge and the referee")
     args = parser.parse_args()
+    if args.batch and (args.warm or args.profile):
+        parser.error("--batch traces without --warm and --profile")
     with tempfile.TemporaryDirectory() as folder:
         if args.profile:
             os.environ["KERNELJUDGE_PROFILE_DIR"] = folder
         options = Options(device="cpu" if args.cpu else "auto",
                           store_path=str(Path(folder) / "store.sqlite") if args.warm else None,
                           overrides=tuple(tuple(s.split("=", 1)) for s in args.set))
+        if args.budget_ms is not None:
+            options = options.replace(timing={"budget_ms": args.budget_ms})
         if args.no_baselines:
             options = options.replace(timing={"baselines": False})
         if args.warm:
@@ -80,6 +88,18 @@ def main() -> None:
                 kept.clear()
             for old in Path(folder).glob("referee-*.prof"):
                 old.unlink()
+        if args.batch:
+            solution = args.solution if not args.solution.startswith("@") else \
+                suite.shipped_solutions(suite.find_builtin(args.problem).name)[args.solution[1:]]
+            entries = [{"problem": args.problem, "solution": str(solution), "id": str(k)} for k in range(2)]
+            started = None
+            for finished in api.evaluate_many(entries, options, lanes=1):
+                if started is None:  # the first's result: its requests are dropped, the second's are traced
+                    for kept in (carried, timeline, durations, by_stage):
+                        kept.clear()
+                    started = time.perf_counter()
+            report(finished.result, started, time.perf_counter() - started)
+            return
         judge = cProfile.Profile() if args.profile else None
         started = time.perf_counter()
         result = judge.runcall(api.evaluate, args.problem, args.solution, options) if judge else \

@@ -258,10 +258,12 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
 
     medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 9.0]), [], []
 
-    def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1)):
-        asked.append((model, "short" if stop is measure.CALIBRATION else "full", stage, len(frozen)))
+    def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1),
+                     batches_at_least=measure.MIN_CROSS_CHECK_BATCHES):
+        short = stop is measure.KEPT_CHECK and batches_at_least == measure.KEPT_CHECK_BATCHES
+        asked.append((model, "short" if short else "full", stage, len(frozen)))
         ms = next(medians)
-        return _stand_in(ms), f"timer {ms}", 0, None
+        return _stand_in(ms), SimpleNamespace(name=f"timer {ms}", slacks_ms=[ms] * batches_at_least), 0, None
 
     @contextlib.contextmanager
     def worker_frozen():
@@ -278,15 +280,20 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
         kept = j.kept_baselines("the-problem")
         measured = measure._kept(j, "the-problem", kept, lambda: 0.0) if kept else \
             measure.run_baselines(j, "the-problem", lambda: 0.0)
-        return measured.figures["eager"]["median_ms"], measured.timer, measured.cached
+        return measured.figures["eager"]["median_ms"], measured.timer.name, measured.cached
 
+    # the cross-check's reference batches (slacks): a short run's own and the latest earlier ones, 8 in all
     assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full", "baselines", 0)]
+    assert j.memo.reference_slacks["the-problem"] == [1.0] * 8
     assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer
     assert asked[1] == ("eager", "short", measure.STAGE, 1) and not j.findings  # the worker stopped meanwhile
+    assert j.memo.reference_slacks["the-problem"] == [1.0] * 4 + [1.5] * 4
     assert baselines() == (1.0, "timer 3.0", ["eager"])  # 3.0 disagrees: still the kept figures, said, forgotten
     assert [f.code for f in j.findings] == ["baseline-disagrees"] and j.kept_baselines("the-problem") is None
+    assert j.memo.reference_slacks["the-problem"] == [3.0] * 4  # its own batches alone: the earlier ones dropped
     assert baselines() == (2.5, "timer 2.5", []) and asked[3] == ("eager", "full", "baselines", 0)
     assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
+    assert j.memo.reference_slacks["the-problem"] == [2.5] * 4 + [2.0] * 4
     # the memo is the device's, its lanes' together: a lane whose run disagrees with the figures it read does
     # not forget newer ones another lane measured meanwhile
     read, newer = j.kept_baselines("the-problem"), {"eager": {"median_ms": 9.0}}

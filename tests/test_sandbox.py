@@ -454,6 +454,21 @@ def test_a_cached_bandwidth_is_used_only_near_this_runs_short_measurement(fast, 
     assert cache.load(tmp_path, "bandwidth", "dev")["gbps"] == used
 
 
+def test_a_batch_settles_the_bandwidth_once_per_device_and_keeps_it(fast, tmp_path):
+    """In a batch (a DeviceMemo), the device's first timed candidate settles the bandwidth as outside one; the
+    later ones keep it without asking the referee (its short copy ran inside each timing's exclusive hold); another
+    device key settles its own."""
+    from kerneljudge.stages import measure
+    from kerneljudge.stages.context import DeviceMemo, Judging
+
+    memo, referees = DeviceMemo(), [FixedReferee() for _ in range(3)]
+    said = [measure._bandwidth(Judging(fast.replace(cache_dir=tmp_path), None, referee, "cpu", memo=memo), key)
+            for referee, key in zip(referees, ("dev", "dev", "other"))]
+    assert said == [(12.0, "measured"), (12.0, "kept"), (12.0, "measured")]
+    assert [referee.asked for referee in referees] == [[True, False], [], [True, False]]
+    assert memo.bandwidth_gbps == {"dev": 12.0, "other": 12.0}
+
+
 # (a planted torch.compile time far from this run's eager time: tests/test_mutation_kills.py)
 
 

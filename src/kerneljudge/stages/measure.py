@@ -65,6 +65,12 @@ SKEW_ALLOWANCE_SHARE = 0.4
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
+# A batch's later candidate of a problem checks the kept baselines with a short eager run of this many batches (its
+# worker's processes stopped: the device's exclusive time of every candidate), and the cross-check's reference is
+# those and the latest earlier batches of the problem's runs on the device, MIN_CROSS_CHECK_BATCHES in all
+# (DeviceMemo.reference_slacks: each measured the same way, the lanes' workers stopped). Nine batches of level2/51's
+# 5.6 ms reference took 225 ms of a 0.7 s timing stage on an H100 (thirty-first session).
+KEPT_CHECK_BATCHES = 4
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
 # ... and this many more when the first rounds' excess is over the tolerance, the decision then taken on all of
 # them: an honest candidate's paired excess wanders near the line (H200, batches of level2/51 and level1/19
@@ -106,6 +112,7 @@ TIMED_INPUTS_MAX_BYTES = 256 << 20
 TIMED_BATCH_REFERENCE_FACTOR = 100.0
 TIMED_BATCH_MIN_S = 60.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
+KEPT_CHECK = dataclasses.replace(CALIBRATION, min_runs=1)  # KEPT_CHECK_BATCHES batches at least
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
 # run's, both ways (wide enough for a noisy CPU, where compiling again costs 8-27 s; a stale entry from
 # other conditions, once seen 14x off, is measured again).
@@ -311,11 +318,13 @@ def _method(device: str, opts) -> str:
 
 def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRule, clock_ms,
              check: bool = False, watch_delay_ms: float | None = None, stage: str = STAGE,
-             part: tuple[int, int] = (1, 1), reference_ms: float | None = None
+             part: tuple[int, int] = (1, 1), reference_ms: float | None = None,
+             batches_at_least: int = MIN_CROSS_CHECK_BATCHES
              ) -> tuple[timing.Measurement | None, RemoteTimer | None, int, str | None]:
     """One model timed through the judge's loop: (measurement, timer, outputs checked, why unavailable).
     `watch_delay_ms` (GPU): watch some timed calls from inside their batches, each checked (worker/watch.py).
     `reference_ms`: the reference's time per call, which bounds each batch (RemoteTimer._limit).
+    `batches_at_least`: the unwatched batches timed at least, where the budget allows (the cross-check's).
     `stage` and `part` (its place among the stage's measurements): where its progress is told."""
     opts = j.options.timing
     name = _part_name(opts, model)
@@ -340,7 +349,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
                         watch_delay_ms=watch_delay_ms if on_gpu else None, reference_ms=reference_ms)
     # enough batches for the cross-check's medians, where the budget allows
     watches = WATCHES_EXPECTED if timer.watch_left else 0  # watched batches are left out of the cross-check
-    least = max(stop.min_runs, (MIN_CROSS_CHECK_BATCHES + watches) * timer.batch)
+    least = max(stop.min_runs, (batches_at_least + watches) * timer.batch)
     stop = dataclasses.replace(stop, min_runs=least, max_runs=max(stop.max_runs, least))
     # calls: every call so far; measured: calls since the warm-up ended (None during it); done: measured calls checked
     checked = {"n": 0, "calls": 0, "measured": None, "done": set()}
@@ -649,16 +658,24 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
     meanwhile: nothing of the candidate runs on the host while the reference is timed (one that keeps running
     anyway is `tampering`). Where that run's time disagrees with the kept one, the kept figures still give this
     result's speedups (they were measured before any candidate code had run; this run was not), and the lanes
-    forget them: their next candidate of the problem measures them again, first."""
+    forget them: their next candidate of the problem measures them again, first. The cross-check's reference is
+    this run's KEPT_CHECK_BATCHES batches and, where it agrees, the latest earlier ones of the problem's eager runs
+    on the device (the full one, then each short one): as many batches as a full run gives, in half the time."""
     with j.worker.frozen() as frozen:
         if frozen.running:
             _ran_while_stopped(j, frozen.running, "kept running")
-        short, short_timer, _, _ = _measure(j, j.referee, "eager", CALIBRATION, clock_ms, part=(1, 2))
+        short, short_timer, _, _ = _measure(j, j.referee, "eager", KEPT_CHECK, clock_ms, part=(1, 2),
+                                            batches_at_least=KEPT_CHECK_BATCHES)
     if frozen.ran:
         _ran_while_stopped(j, frozen.ran, "used CPU time or appeared")
     short_ms = short.stats.median_ms if short is not None else None
     then_ms = memo["eager"]["median_ms"]
-    if short_ms is None or not _agrees(short_ms, then_ms):
+    agrees = short_ms is not None and _agrees(short_ms, then_ms)
+    if short_timer is not None:  # the cross-check's reference: this run's batches, and the latest earlier ones
+        earlier = j.memo.reference_slacks.get(problem_key, []) if agrees else []
+        short_timer.slacks_ms = (earlier + short_timer.slacks_ms)[-MIN_CROSS_CHECK_BATCHES:]
+        j.memo.reference_slacks[problem_key] = list(short_timer.slacks_ms)
+    if not agrees:
         if j.baselines.get(problem_key) is memo:  # not another lane's newer figures
             del j.baselines[problem_key]
         j.findings.append(Finding.of(
@@ -708,6 +725,7 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
     if j.baselines is not None and found.get("eager"):
         j.baselines[problem_key] = {name: found[name] for name in ("eager", "compile") if name in found}
+        j.memo.reference_slacks[problem_key] = list(eager_timer.slacks_ms)
     return Baselines(found, cached, eager_timer, eager_ms)
 
 
@@ -803,7 +821,19 @@ def _tolerance(j: Judging, median_ms: float, reference_ms: float, reference_slac
 def _bandwidth(j: Judging, device_key: str) -> tuple[float, str]:
     """The device's copy bandwidth, and where it came from: the cache, while it is within
     BANDWIDTH_CACHE_FACTOR of a short measurement made now ("cached"); else measured in full now and cached
-    ("measured", or "remeasured" when the cached figure was out of range)."""
+    ("measured", or "remeasured" when the cached figure was out of range). In a batch, the figure an earlier
+    candidate's evaluation on the device settled ("kept": the memo is the judge's own memory)."""
+    kept = j.memo.bandwidth_gbps.get(device_key) if j.memo is not None else None
+    if kept is not None:
+        return kept, "kept"
+    gbps, source = _bandwidth_settled(j, device_key)
+    if j.memo is not None:
+        j.memo.bandwidth_gbps[device_key] = gbps
+    return gbps, source
+
+
+def _bandwidth_settled(j: Judging, device_key: str) -> tuple[float, str]:
+    """`_bandwidth` outside a batch's memo: the cache checked by a short copy, or a full measurement."""
     check = j.take(j.referee.call(protocol.CopyBandwidth(quick=True)), STAGE)["gbps"]
     cached = (cache.load(j.options.cache_dir, "bandwidth", device_key) or {}).get("gbps")
     if _within(cached, check, BANDWIDTH_CACHE_FACTOR):
