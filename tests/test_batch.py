@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 
 from conftest import codes
 from kerneljudge import api, isolation
@@ -209,6 +210,27 @@ class _FakeBackend:
 
     def close(self):
         pass
+
+
+def test_a_manifest_entry_names_a_shipped_solution_as_eval_does(tmp_path):
+    """`"solution": "@pytorch"` is the built-in problem's shipped solution (a new user's manifest took it for a
+    file, and the candidate was an error); a variant the problem does not ship, or a problem that ships none, is a
+    usage error naming the entry, before anything runs."""
+    from kerneljudge import suite
+    from kerneljudge.batch.discover import Setting, entries_to_jobs
+    from kerneljudge.errors import UsageError
+
+    setting = Setting(Options(device="cpu"), "cpu", "cpu-test")
+    problem = tmp_path / "scaled_relu.py"
+    problem.write_text(PROBLEM)
+    jobs = entries_to_jobs([{"problem": "level1/19", "solution": "@pytorch"},
+                            {"problem": str(problem), "solution": "good.py"}], setting, base=tmp_path)
+    assert jobs[0].solution == suite.shipped_solutions(suite.find_builtin("level1/19").name)["pytorch"].resolve()
+    assert jobs[0].sha256 != "unreadable:@pytorch" and jobs[1].solution == (tmp_path / "good.py").resolve()
+    for entry, said in (({"problem": "level1/19", "solution": "@nope"}, "entry 0: level1/19"),
+                        ({"problem": str(problem), "solution": "@cuda"}, "entry 0: scaled_relu is not a built-in")):
+        with pytest.raises(UsageError, match=said):
+            entries_to_jobs([entry], setting, base=tmp_path)
 
 
 def test_scheduler_shares_builds_ends_compile_errors_and_feeds_free_lanes():

@@ -5,7 +5,8 @@ JSONL manifest.
   generation scripts write); problem P of level L is resolved in a KernelBench checkout (`kernelbench`),
   else in the built-in suite.
 * A folder of candidates: every `*.py` in it, judged against one `problem`.
-* A manifest: one JSON object a line, `{"problem": ..., "solution": ..., "id": ..., "options": {...}}`;
+* A manifest: one JSON object a line, `{"problem": ..., "solution": ..., "id": ..., "options": {...}}` (a solution
+  `@cuda` names one a built-in problem ships, as `kerneljudge eval` takes it);
   paths relative to the manifest's folder; `problem` may be a name (`level1/19`); `options` change the
   run's options for that line (`{"check": {"trials": 3}}`); any other fields are copied to the results.
 
@@ -28,6 +29,7 @@ from kerneljudge.batch.keys import job_key
 from kerneljudge.candidate import load_candidate
 from kerneljudge.errors import CandidateError, KernelJudgeError, UsageError
 from kerneljudge.options import Options, Verb
+from kerneljudge.pipeline import resolve_solution
 from kerneljudge.problem import load_problem
 from kerneljudge.records import Problem
 
@@ -131,10 +133,22 @@ def _entries(entries: list[tuple[str, str, Any]], base: Path, setting: Setting) 
         local = base / ref
         problem = loaded.get(str(local) if local.is_file() else ref, options)
         level, number_id = _numbers(ref) if suite.is_short_name(ref) else (None, None)
-        jobs.append(_job(str(entry.get("id") or default_id), problem, base / entry["solution"], options, setting,
+        jobs.append(_job(str(entry.get("id") or default_id), problem, _solution(where, entry["solution"], problem,
+                                                                                setting, base), options, setting,
                          level=level, problem_id=number_id,
                          labels={k: v for k, v in entry.items() if k not in MANIFEST_FIELDS}))
     return jobs
+
+
+def _solution(where: str, given: str | Path, problem: Problem, setting: Setting, base: Path) -> Path:
+    """An entry's solution: a path (relative to the manifest's folder), or `@variant`, a solution the built-in
+    problem ships (as `kerneljudge eval l2/51 @cuda`)."""
+    if not str(given).startswith("@"):
+        return base / given
+    try:
+        return resolve_solution(given, problem, setting.device_type)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def _numbers(ref: str) -> tuple[int, int]:
