@@ -10,7 +10,7 @@ import time
 from conftest import CANDIDATES, SEED
 
 from kerneljudge import api, protocol
-from kerneljudge.isolation import REFEREE, WORKER, WorkerPool
+from kerneljudge.isolation import REFEREE, WORKER, WorkerPool, WorkerProcess
 
 
 def test_pool_hands_out_fresh_pre_started_workers(fast):
@@ -115,6 +115,14 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
         return plain_share()
 
     monkeypatch.setattr(gate, "share", share)
+    plain_submit, asked = WorkerProcess.submit, []
+
+    def submit(process, request, blobs=()):
+        if threading.current_thread().name == "kerneljudge-warm":
+            asked.append((request.op, process.module, bool(warmed)))  # (whether the warm-up shared the gate yet)
+        return plain_submit(process, request, blobs)
+
+    monkeypatch.setattr(WorkerProcess, "submit", submit)
     stages: list[str] = []
     settled: list[tuple[str, int]] = []
 
@@ -156,6 +164,10 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     assert result.verdict == "pass" and result.timing
     assert spares and spares == ["cpu"] * len(spares)  # started, then sent to the device
     assert warmed == [(False, 0)]  # at once, while sharing the gate: no timing then, none waiting
+    # each spare did the host's part of taking the device before the warm-up shared the gate, then its ping
+    ops = [(op, shared) for op, _, shared in asked if op != "ready"]
+    assert ops == [("prepare", False)] * 2 + [("ping", True)] * 2, asked
+    assert {module for op, module, _ in asked if op == "prepare"} == {WORKER, REFEREE}
     # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
     # timing, and let go of all of it at the end
     assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares

@@ -9,10 +9,12 @@ its range probes planned, once per device and run). Timing also holds the device
 against other judges.
 
 The next candidate's processes are pre-started while the current one is judged: on a GPU lane as soon
-as the current candidate's worker has answered. Once they have imported torch, a thread of the lane sends
-them their first ping (CUDA's start: 0.75 s on an idle H100; the `worker` stage it was the most of took 3.4-4.2 s
-of a lane's candidate beside four other lanes) while sharing the device's gate, as any request does, so nothing
-of them runs on the GPU while a candidate is timed; the lane waits for its spares' start to end
+as the current candidate's worker has answered. Once they have imported torch, a thread of the lane has them do
+what of taking the GPU runs on the host alone (`protocol.Prepare`: the driver's start, imports), then sends them
+their first ping (CUDA's start: 0.75 s on an idle H100, half of it host work before the driver's start was
+prepared; the `worker` stage it was the most of took 3.4-4.2 s of a lane's candidate beside four other lanes) while
+sharing the device's gate, as any request does, so nothing of them runs on the GPU while a candidate is timed, and
+timings wait only for the part that does; the lane waits for its spares' start to end
 before each timing, the reference's and the candidate's (`WorkerPool.settle`), so none of them competes for the host's cores then either (on
 the 16-core H200 host that made no difference that showed; on hosts with a few cores per GPU it would;
 another lane's spares may still be starting). While a lane times, the workers of the device's other lanes are
@@ -100,8 +102,10 @@ class _LanePool(WorkerPool):
             super().fill(options)
 
     def warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
-        """On a thread: once the spares have imported torch, each takes `device` (its first ping: CUDA's start,
-        off the next evaluation's path: module docstring) while sharing `gate`, so never beside a timing; the
+        """On a thread: once the spares have imported torch and done what of taking `device` runs on the host
+        alone (protocol.Prepare: not while sharing the gate, so no timing waits for it; the lane's own timings
+        wait for it as for their imports, `settle`), each takes `device` (its first ping: CUDA's start, off the
+        next evaluation's path: module docstring) while sharing `gate`, so never beside a timing; the
         evaluation's own first ping then finds the device taken. `ready_for_next` waits for it to end."""
         with self._lock:
             self.warmed = [p for ready in self.ready.values() for p in ready if p.first_device is None]
@@ -113,27 +117,18 @@ class _LanePool(WorkerPool):
     def _warm(self, options: WorkerOptions, device: str, gate: DeviceGate) -> None:
         taken: list[WorkerProcess] = []
         try:
-            with self.importing:
+            with self.importing:  # their start: the imports, then what of taking the device runs on the host
                 super().settle()
-            with self._lock:  # out of the pool while they are asked (as in `settle`)
-                spares = [p for p in self.warmed if p in self.ready[p.module] and not self.closing]
-                for spare in spares:
-                    self.ready[spare.module].remove(spare)
+                with self._lock:  # out of the pool while they are asked (as in `settle`)
+                    spares = [p for p in self.warmed if p in self.ready[p.module] and not self.closing]
+                    for spare in spares:
+                        self.ready[spare.module].remove(spare)
+                spares = self._asked(spares, lambda spare: protocol.Prepare(device))
             if not spares:
                 return
             gate.share()
             try:
-                sent = []
-                for spare in spares if not self.tracked.stopped else ():  # all at once, as an evaluation starts them
-                    try:
-                        sent.append((spare, spare.submit(first_ping(options, device, spare.module))))
-                    except WorkerFailure:  # (stopped meanwhile, or it died: the next evaluation starts its own)
-                        pass
-                for spare, pending in sent:
-                    try:
-                        spare.collect(pending)
-                    except WorkerFailure:
-                        continue
+                for spare in self._asked(spares, lambda spare: first_ping(options, device, spare.module)):
                     spare.first_device = device
                     taken.append(spare)
             finally:
@@ -149,6 +144,25 @@ class _LanePool(WorkerPool):
             for spare in lost:  # killed first: closing waits for a live one to end
                 spare.kill()
                 spare.close()
+
+    def _asked(self, spares: list[WorkerProcess], request_for: Callable[[WorkerProcess], protocol.Request]
+               ) -> list[WorkerProcess]:
+        """The spares that answered their request, all sent at once (as an evaluation starts its processes); one
+        that was stopped meanwhile, or died, is left out (the next evaluation starts its own)."""
+        sent = []
+        for spare in spares if not self.tracked.stopped else ():
+            try:
+                sent.append((spare, spare.submit(request_for(spare))))
+            except WorkerFailure:
+                pass
+        answered = []
+        for spare, pending in sent:
+            try:
+                spare.collect(pending)
+            except WorkerFailure:
+                continue
+            answered.append(spare)
+        return answered
 
     def settle(self, clock: Callable[[], float] = time.monotonic) -> float:
         """As WorkerPool's, the warm-up's wait for the imports included (a spare it asks is not in `ready`)."""

@@ -78,6 +78,19 @@ def warm_libraries(device: torch.device) -> None:
     torch.cuda.reset_peak_memory_stats(device)
 
 
+def prepare_device(name: str) -> None:
+    """What of `take_device` runs on the host alone, done ahead (protocol.Prepare): the CUDA driver started
+    (`torch.cuda.init`: no context is made, nothing runs on the GPU) and the persisting-L2 reset looked up. A CPU
+    device has nothing to prepare. Best effort: where the driver fails, `take_device` meets it and says so."""
+    if not name.startswith("cuda"):
+        return
+    try:
+        torch.cuda.init()
+    except (RuntimeError, AssertionError):  # (torch raises either where CUDA cannot start)
+        return
+    timing.find_persisting_l2_reset()
+
+
 def take_device(name: str, memory_limit_mb: int | None,
                 gpu_memory_share: float | None = None) -> tuple[torch.device, str | None]:
     """The device a process is asked to use, made current (CUDA; torch's allocator capped at

@@ -44,11 +44,9 @@ from kerneljudge.proc.lifeline import PR_SET_DUMPABLE, die_with_judge, with_pare
 #: The commands a child may run: module -> the module whose `main(argv)` runs it.
 ENTRIES = {"kerneljudge.worker": "kerneljudge.worker.__main__", "kerneljudge.referee": "kerneljudge.referee.__main__"}
 LAUNCHER = "kerneljudge.sandbox.launch"
-#: What the children need, imported here once (torch first: the rest imports it). torch's JIT build module too
-#: (0.1-0.2 s of CPU, with setuptools): a GPU worker imported it in its first ping (worker/build.preload_toolchain),
-#: which a batch lane's spares make while holding the device's gate, so a timing waited for it.
-PRELOAD = ("torch", "torch.utils.cpp_extension", "numpy", *ENTRIES.values(), "kerneljudge.worker.server",
-           "kerneljudge.referee.server", LAUNCHER)
+#: What the children need, imported here once (torch first: the rest imports it). Not torch's JIT build module:
+#: its import starts the CUDA driver, and no child forked after that can use CUDA (seen on an H100).
+PRELOAD = ("torch", "numpy", *ENTRIES.values(), "kerneljudge.worker.server", "kerneljudge.referee.server", LAUNCHER)
 MAX_REQUEST_BYTES = 1 << 20
 MAX_FDS = 16
 

@@ -77,6 +77,7 @@ class Referee:
             protocol.TimeBatch: self.time_batch, protocol.CopyBandwidth: self.copy_bandwidth,
             protocol.Estimate: self.estimate, protocol.MemoryReport: self.memory_report,
             protocol.LintProblem: self.lint_problem, protocol.Ready: lambda request, blobs: ({}, []),
+            protocol.Prepare: lambda request, blobs: (machine.prepare_device(request.device) or {}, []),
         }
         memory.warm_meta_device()  # here, while a spare waits, not in the first evaluation's estimate
         self.baseline_rss_bytes = memory.rss_now_bytes()

@@ -75,6 +75,7 @@ class Worker:
             protocol.Observe: self.observe, protocol.TimeSetup: self.time_setup, protocol.TimeBatch: self.time_batch,
             protocol.ExportOutput: self.export_output, protocol.MemoryReport: self.memory_report,
             protocol.Ready: lambda request, blobs: _reply([]), protocol.ShareOutputs: self.share_outputs,
+            protocol.Prepare: self.prepare,
         }
         self.baseline_rss_bytes = memory.rss_now_bytes()
 
@@ -128,6 +129,12 @@ class Worker:
             self.session.scratch_bytes = max(0, memory.cuda_call_peak(self.device) - start - memory.tensor_bytes(
                 tensorwire.tensors_of(called.value)))
         return called
+
+    def prepare(self, request: protocol.Prepare, blobs: list) -> Reply:
+        machine.prepare_device(request.device)
+        if request.device.startswith("cuda"):
+            build.preload_toolchain()
+        return _reply([])
 
     def ping(self, request: protocol.Ping, blobs: list) -> Reply:
         device, missing = machine.take_device(request.device, request.memory_limit_mb, request.gpu_memory_share)
