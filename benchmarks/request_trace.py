@@ -6,7 +6,9 @@ Bytes are counted whether they crossed inline (through the judge) or as sealed m
 `--warm` evaluates twice with a store kept between (cached baselines, as `kerneljudge serve` has them) and
 traces the second. The gaps list says where the judge itself spent time between two requests.
 `--batch` evaluates twice as a batch on one lane (`api.evaluate_many`) and traces the second from the first's
-result on: the kept baselines' short eager run and the kept range plan, as a batch's later candidates have them.
+result on: the kept baselines' short eager run and the kept range plan, as a batch's later candidates have them
+(its first requests may be lost, sent before the first's result came; its stages from the check on are whole;
+the batch's end and a third pair of spares' start are in it).
 `--profile` runs the traced evaluation under cProfile in the judge and in the referee (proc/serve.py's
 KERNELJUDGE_PROFILE_DIR) and prints each one's most expensive calls.
 """

@@ -389,10 +389,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    agrees = short_ms is not None",
              (_k(KILLS, "kept_baselines"),), "a batch lane's baselines kept whatever this run measures"),
     Mutation("kept-check-pools-disagreeing-slacks", "stages/measure.py",
-             "earlier = j.memo.reference_slacks.get(problem_key, []) if agrees else []",
-             "earlier = j.memo.reference_slacks.get(problem_key, [])",
-             (_k(KILLS, "kept_baselines"),), "the cross-check's reference pools earlier batches a disagreeing run "
-             "says are of other conditions"),
+             "    if agrees and missing > 0:", "    if missing > 0:",
+             (_k(KILLS, "kept_baselines"),), "the cross-check's reference pools the full run's batches where a "
+             "disagreeing run says they are of other conditions"),
+    Mutation("bandwidth-settled-in-a-timing-kept", "stages/measure.py",
+             "    return _bandwidth_settled(j, device_key, STAGE)",
+             "    return j.memo.bandwidth_gbps.setdefault(device_key, _bandwidth_settled(j, device_key, STAGE)[0]), "
+             "\"kept\"",
+             (_k(SANDBOX, "bandwidth_its_baselines"),), "a bandwidth settled with a candidate loaded (one slowed on "
+             "purpose) kept for the device's later candidates"),
     Mutation("gate-requests-unheld", "batch/gate.py",
              "        if self.held is not None:\n            return _nothing", "        if True:\n            return _nothing",
              ("tests/test_batch.py -k requests_in_flight", "tests/test_pool.py -k stops_its_neighbours"),

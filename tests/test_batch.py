@@ -217,7 +217,7 @@ def test_a_manifest_entry_names_a_shipped_solution_as_eval_does(tmp_path):
     file, and the candidate was an error); a variant the problem does not ship, or a problem that ships none, is a
     usage error naming the entry, before anything runs."""
     from kerneljudge import suite
-    from kerneljudge.batch.discover import Setting, entries_to_jobs
+    from kerneljudge.batch.discover import Setting, discover, entries_to_jobs
     from kerneljudge.errors import UsageError
 
     setting = Setting(Options(device="cpu"), "cpu", "cpu-test")
@@ -227,10 +227,14 @@ def test_a_manifest_entry_names_a_shipped_solution_as_eval_does(tmp_path):
                             {"problem": str(problem), "solution": "good.py"}], setting, base=tmp_path)
     assert jobs[0].solution == suite.shipped_solutions(suite.find_builtin("level1/19").name)["pytorch"].resolve()
     assert jobs[0].sha256 != "unreadable:@pytorch" and jobs[1].solution == (tmp_path / "good.py").resolve()
-    for entry, said in (({"problem": "level1/19", "solution": "@nope"}, "entry 0: level1/19"),
-                        ({"problem": str(problem), "solution": "@cuda"}, "entry 0: scaled_relu is not a built-in")):
+    for entry, said in (({"problem": "level1/19", "solution": "@nope"}, "entry 1: level1/19"),
+                        ({"problem": str(problem), "solution": "@cuda"}, "entry 1: scaled_relu is not a built-in")):
         with pytest.raises(UsageError, match=said):
-            entries_to_jobs([entry], setting, base=tmp_path)
+            entries_to_jobs([{"problem": "level1/19", "solution": "@pytorch"}, entry], setting, base=tmp_path)
+    manifest = tmp_path / "batch.jsonl"
+    manifest.write_text('{"problem": "level1/19", "solution": "@pytorch"}\n{"problem": "l1/19", "solution": "@x"}\n')
+    with pytest.raises(UsageError, match="batch.jsonl line 2: .*ships no 'x' solution"):
+        discover(manifest, setting)
 
 
 def test_scheduler_shares_builds_ends_compile_errors_and_feeds_free_lanes():

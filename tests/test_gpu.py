@@ -309,3 +309,28 @@ def test_an_input_changed_in_place_is_seen_where_the_worker_holds_it(on_gpu, mon
     result = api.evaluate(SEED, CANDIDATES / "integrity" / "input_mutation.py", on_gpu)
     assert "input-mutation" in codes(result), [(f.code, f.message) for f in result.findings]
     assert result.memory["outputs_cross"] == "cuda-ipc" and shared and all(shared), shared
+
+
+def test_a_spares_preparation_makes_no_cuda_context():
+    """`protocol.Prepare` runs outside the device's gate, beside other lanes' timings (batch/local.py): what it
+    does (`machine.prepare_device`) starts the driver and looks things up, but makes no context, so nothing of it
+    is on the GPU; the ping's `take_device` makes it. Read through the driver's primary-context state, in a fresh
+    process (this one has its context already)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ctypes\n"
+        "from kerneljudge.proc import cudadriver, machine\n"
+        "machine.prepare_device('cuda:0')\n"
+        "lib = cudadriver.libcuda()\n"
+        "device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()\n"
+        "assert lib.cuDeviceGet(ctypes.byref(device), 0) == 0\n"
+        "assert lib.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) == 0\n"
+        "print('prepared', active.value)\n"
+        "machine.take_device('cuda:0', None)\n"
+        "assert lib.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) == 0\n"
+        "print('taken', active.value)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["prepared", "0", "taken", "1"]

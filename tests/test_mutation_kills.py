@@ -256,14 +256,16 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import DeviceMemo, Judging
 
-    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 9.0]), [], []
+    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 2.2, 9.0]), [], []
+    batches = {2.2: 12}  # a fast reference's short run times more batches than it must (its minimum time)
 
     def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1),
                      batches_at_least=measure.MIN_CROSS_CHECK_BATCHES):
         short = stop is measure.KEPT_CHECK and batches_at_least == measure.KEPT_CHECK_BATCHES
         asked.append((model, "short" if short else "full", stage, len(frozen)))
         ms = next(medians)
-        return _stand_in(ms), SimpleNamespace(name=f"timer {ms}", slacks_ms=[ms] * batches_at_least), 0, None
+        timer = SimpleNamespace(name=f"timer {ms}", slacks_ms=[ms] * batches.get(ms, batches_at_least))
+        return _stand_in(ms), timer, 0, None
 
     @contextlib.contextmanager
     def worker_frozen():
@@ -273,33 +275,38 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
 
     monkeypatch.setattr(measure, "_measure", fake_measure)
     j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), SimpleNamespace(frozen=worker_frozen),
-                SimpleNamespace(call=lambda request: {}), "cpu")
+                SimpleNamespace(call=lambda request: {"gbps": 12.0} if request.op == "copy-bandwidth" else {}), "cpu")
     j.memo = DeviceMemo()
 
     def baselines():
         kept = j.kept_baselines("the-problem")
         measured = measure._kept(j, "the-problem", kept, lambda: 0.0) if kept else \
-            measure.run_baselines(j, "the-problem", lambda: 0.0)
+            measure.run_baselines(j, "the-problem", "the-device", lambda: 0.0)
+        slacks.append(measured.timer.slacks_ms)
         return measured.figures["eager"]["median_ms"], measured.timer.name, measured.cached
 
-    # the cross-check's reference batches (slacks): a short run's own and the latest earlier ones, 8 in all
+    # the cross-check's reference (its batches' slacks): a short run's own, topped up to 8 with the last ones of the
+    # full run (made before any candidate was loaded); a short run's own never serve another candidate
+    slacks: list[list[float]] = []
     assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full", "baselines", 0)]
-    assert j.memo.reference_slacks["the-problem"] == [1.0] * 8
+    assert j.memo.reference_slacks_ms["the-problem"] == [1.0] * 8
+    assert j.memo.bandwidth_gbps == {"the-device": 12.0}  # settled there too, before any candidate is loaded
     assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer
     assert asked[1] == ("eager", "short", measure.STAGE, 1) and not j.findings  # the worker stopped meanwhile
-    assert j.memo.reference_slacks["the-problem"] == [1.0] * 4 + [1.5] * 4
+    assert slacks[-1] == [1.0] * 4 + [1.5] * 4 and j.memo.reference_slacks_ms["the-problem"] == [1.0] * 8
     assert baselines() == (1.0, "timer 3.0", ["eager"])  # 3.0 disagrees: still the kept figures, said, forgotten
     assert [f.code for f in j.findings] == ["baseline-disagrees"] and j.kept_baselines("the-problem") is None
-    assert j.memo.reference_slacks["the-problem"] == [3.0] * 4  # its own batches alone: the earlier ones dropped
+    assert slacks[-1] == [3.0] * 4 and "the-problem" not in j.memo.reference_slacks_ms  # its own alone
     assert baselines() == (2.5, "timer 2.5", []) and asked[3] == ("eager", "full", "baselines", 0)
     assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
-    assert j.memo.reference_slacks["the-problem"] == [2.5] * 4 + [2.0] * 4
+    assert slacks[-1] == [2.5] * 4 + [2.0] * 4
+    assert baselines() == (2.5, "timer 2.2", ["eager"]) and slacks[-1] == [2.2] * 12  # enough of its own: all kept
     # the memo is the device's, its lanes' together: a lane whose run disagrees with the figures it read does
     # not forget newer ones another lane measured meanwhile
     read, newer = j.kept_baselines("the-problem"), {"eager": {"median_ms": 9.0}}
     j.baselines["the-problem"] = newer
     assert measure._kept(j, "the-problem", read, lambda: 0.0).figures == read  # 9.0 disagrees with 2.5
-    assert j.kept_baselines("the-problem") is newer
+    assert j.kept_baselines("the-problem") is newer and j.memo.reference_slacks_ms["the-problem"] == [2.5] * 8
 
 
 @pytest.mark.parametrize("when", ["at the stop", "while stopped"])

@@ -119,7 +119,9 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
 
     def submit(process, request, blobs=()):
         if threading.current_thread().name == "kerneljudge-warm":
-            asked.append((request.op, process.module, bool(warmed)))  # (whether the warm-up shared the gate yet)
+            # whether the warm-up shared the gate yet, and whether it held the spares' start (the lane's timings
+            # wait for that: `settle`)
+            asked.append((request.op, process.module, bool(warmed), lane.pool.importing.locked()))
         return plain_submit(process, request, blobs)
 
     monkeypatch.setattr(WorkerProcess, "submit", submit)
@@ -165,9 +167,9 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     assert spares and spares == ["cpu"] * len(spares)  # started, then sent to the device
     assert warmed == [(False, 0)]  # at once, while sharing the gate: no timing then, none waiting
     # each spare did the host's part of taking the device before the warm-up shared the gate, then its ping
-    ops = [(op, shared) for op, _, shared in asked if op != "ready"]
-    assert ops == [("prepare", False)] * 2 + [("ping", True)] * 2, asked
-    assert {module for op, module, _ in asked if op == "prepare"} == {WORKER, REFEREE}
+    ops = [(op, shared, starting) for op, _, shared, starting in asked if op != "ready"]
+    assert ops == [("prepare", False, True)] * 2 + [("ping", True, False)] * 2, asked
+    assert {module for op, module, _, _ in asked if op == "prepare"} == {WORKER, REFEREE}
     # the evaluation's processes shared the device's gate request by request (batch/gate.py), never while
     # timing, and let go of all of it at the end
     assert shares.count("check") >= 2 and not {"baselines", "timing"} & set(shares), shares
@@ -212,6 +214,42 @@ def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatc
     assert result.verdict == "fail"
     assert spares == {WORKER: [("cpu", None)], REFEREE: [("cpu", None)]}  # one pair, warmed, alive
     assert all(p.process.wait(timeout=30) is not None for p in processes)
+
+
+def test_a_spare_that_dies_while_it_prepares_is_dropped_and_the_next_evaluation_starts_its_own(fast, monkeypatch):
+    """A spare that fails its Prepare (dead, stopped, past its limit) is ended, not handed to the next evaluation;
+    the other spare goes on to its ping, and the next evaluation starts a worker of its own."""
+    import dataclasses
+
+    from kerneljudge.batch.backend import Job
+    from kerneljudge.batch.gate import DeviceGate
+    from kerneljudge.batch.local import LocalLane
+    from kerneljudge.stages.context import DeviceMemo
+
+    lane = LocalLane("cpu:0", "cpu", DeviceGate(), DeviceMemo())
+    lane.prestart = True  # as on a GPU lane
+    plain_submit, killed = WorkerProcess.submit, []
+
+    def submit(process, request, blobs=()):
+        if request.op == "prepare" and process.module == WORKER and not killed:
+            process.kill()
+            killed.append(process)
+        return plain_submit(process, request, blobs)
+
+    monkeypatch.setattr(WorkerProcess, "submit", submit)
+    job = Job(id="one", problem=str(SEED), solution=CANDIDATES / "core" / "correct.py", options=fast, key="k")
+    try:
+        first = lane.judge(job, lambda event: None)
+        lane.pool.ready_for_next()
+        spares = {module: [(p.first_device, p.process.poll()) for p in ready] for module, ready in lane.pool.ready.items()}
+        assert killed[0] not in lane.pool.ready[WORKER]
+        second = lane.judge(dataclasses.replace(job, id="two"), lambda event: None)
+    finally:
+        lane.close()
+    assert first.verdict == second.verdict == "pass"
+    assert len(killed) == 1 and killed[0].process.wait(timeout=30) is not None
+    # the referee prepared and warmed, alive; the worker a fresh spare the lane's end started, not yet on the device
+    assert spares == {WORKER: [(None, None)], REFEREE: [("cpu", None)]}
 
 
 def test_a_worker_that_ran_while_another_lane_stopped_it_is_tampering():

@@ -454,19 +454,20 @@ def test_a_cached_bandwidth_is_used_only_near_this_runs_short_measurement(fast, 
     assert cache.load(tmp_path, "bandwidth", "dev")["gbps"] == used
 
 
-def test_a_batch_settles_the_bandwidth_once_per_device_and_keeps_it(fast, tmp_path):
-    """In a batch (a DeviceMemo), the device's first timed candidate settles the bandwidth as outside one; the
-    later ones keep it without asking the referee (its short copy ran inside each timing's exclusive hold); another
-    device key settles its own."""
+def test_a_batch_keeps_the_bandwidth_its_baselines_stage_settled_and_no_timings(fast, tmp_path):
+    """In a batch (a DeviceMemo), the device's copy bandwidth is the one its first baselines stage settled, before
+    that candidate was loaded (`run_baselines`: tests/test_mutation_kills.py -k kept_baselines): a later candidate's
+    timing keeps it without asking the referee. A figure settled in a timing, with its candidate loaded (one slowed
+    on purpose lowers it, and raises every later candidate's floor), serves that candidate alone."""
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import DeviceMemo, Judging
 
-    memo, referees = DeviceMemo(), [FixedReferee() for _ in range(3)]
-    said = [measure._bandwidth(Judging(fast.replace(cache_dir=tmp_path), None, referee, "cpu", memo=memo), key)
-            for referee, key in zip(referees, ("dev", "dev", "other"))]
-    assert said == [(12.0, "measured"), (12.0, "kept"), (12.0, "measured")]
-    assert [referee.asked for referee in referees] == [[True, False], [], [True, False]]
-    assert memo.bandwidth_gbps == {"dev": 12.0, "other": 12.0}
+    memo, referees = DeviceMemo(), [FixedReferee() for _ in range(2)]
+    judged = [Judging(fast.replace(cache_dir=tmp_path), None, referee, "cpu", memo=memo) for referee in referees]
+    assert measure._bandwidth(judged[0], "dev") == (12.0, "measured") and memo.bandwidth_gbps == {}
+    memo.bandwidth_gbps["dev"] = 20.0  # as the device's first baselines stage settled it
+    assert measure._bandwidth(judged[1], "dev") == (20.0, "kept")
+    assert [referee.asked for referee in referees] == [[True, False], []]
 
 
 # (a planted torch.compile time far from this run's eager time: tests/test_mutation_kills.py)

@@ -223,7 +223,7 @@ def _judge_in_workers(run: Run, problem: Problem, candidate: Candidate, device: 
                         setup = check.reference_built(judging, setup)
                     with _timing_lock(run, worker, "baselines"), _judged_stage(
                             run, judging, "baselines", "timing the reference, before the candidate is loaded"):
-                        measured = measure.run_baselines(judging, problem_key, run.clock_ms)
+                        measured = measure.run_baselines(judging, problem_key, device_key, run.clock_ms)
             with run.stage("build", "importing the problem and the candidate", worker, referee):
                 reply = worker.call(protocol.Build(device, problem_data,
                                                    {"path": str(candidate.path), "sha256": candidate.sha256,

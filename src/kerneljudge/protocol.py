@@ -64,9 +64,10 @@ class Ping(Request):
 class Prepare(Request):
     """What taking the GPU `device` costs on the host alone, done ahead of the first Ping (proc/machine.
     prepare_device): a batch lane's warm-up (batch/local.py) sends it to its spares before it shares the device's
-    gate for their pings, so a timing no longer waits for it (on an H100, 0.5 s of a fresh process's 1 s start of
-    its GPU: the CUDA driver's initialisation, which makes no context, cuda-python's bindings and, in the worker,
-    torch's JIT build module). Touches no device. Reply: nothing."""
+    gate for their pings, so no other lane's timing waits for it (the lane's own wait for it as for the spares'
+    imports). On an H100 it was about half of a fresh process's 1 s start of its GPU: the CUDA driver's
+    initialisation, which makes no context, cuda-python's bindings and, in the worker, torch's JIT build module.
+    Touches no device. Reply: nothing."""
     op: ClassVar[str] = "prepare"
     device: str
 

@@ -51,6 +51,9 @@ from kerneljudge.stages.context import DeviceMemo
 
 
 WARM_UP = "warm-up"  # the spares' first pings, as the device's gate names their hold (gate.waited_for_s)
+# A spare's Prepare (the driver's start: 0.2-0.8 s on an H100) may take this long; past it the spare is stopped and
+# the next evaluation starts its own (the lane's timings wait for the preparation, `settle`, not for a hang)
+PREPARE_LIMIT = (30.0, "a spare's preparation of the GPU")
 
 
 class _Tracked:
@@ -84,7 +87,7 @@ class _LanePool(WorkerPool):
         super().__init__()
         self.tracked = tracked
         self.admit: Callable[[str], Callable[[], None]] | None = None  # the judged evaluation's (Holder.admit)
-        self.importing = threading.Lock()  # held while the warm-up waits for the spares' imports (`settle`)
+        self.importing = threading.Lock()  # held while the warm-up waits for the spares' start: imports, Prepare
         self.warming: threading.Thread | None = None
         self.warmed: list[WorkerProcess] = []  # the spares the warm-up has (some out of `ready` while it asks them)
         self.closing = False
@@ -123,7 +126,7 @@ class _LanePool(WorkerPool):
                     spares = [p for p in self.warmed if p in self.ready[p.module] and not self.closing]
                     for spare in spares:
                         self.ready[spare.module].remove(spare)
-                spares = self._asked(spares, lambda spare: protocol.Prepare(device))
+                spares = self._asked(spares, lambda spare: protocol.Prepare(device), PREPARE_LIMIT)
             if not spares:
                 return
             gate.share()
@@ -145,10 +148,11 @@ class _LanePool(WorkerPool):
                 spare.kill()
                 spare.close()
 
-    def _asked(self, spares: list[WorkerProcess], request_for: Callable[[WorkerProcess], protocol.Request]
-               ) -> list[WorkerProcess]:
-        """The spares that answered their request, all sent at once (as an evaluation starts its processes); one
-        that was stopped meanwhile, or died, is left out (the next evaluation starts its own)."""
+    def _asked(self, spares: list[WorkerProcess], request_for: Callable[[WorkerProcess], protocol.Request],
+               limit: tuple[float, str] | None = None) -> list[WorkerProcess]:
+        """The spares that answered their request (within `limit`, where given), all sent at once (as an
+        evaluation starts its processes); one that was stopped meanwhile, died or took too long is left out (the
+        next evaluation starts its own)."""
         sent = []
         for spare in spares if not self.tracked.stopped else ():
             try:
@@ -158,14 +162,15 @@ class _LanePool(WorkerPool):
         answered = []
         for spare, pending in sent:
             try:
-                spare.collect(pending)
+                spare.collect(pending, limit=limit)
             except WorkerFailure:
                 continue
             answered.append(spare)
         return answered
 
     def settle(self, clock: Callable[[], float] = time.monotonic) -> float:
-        """As WorkerPool's, the warm-up's wait for the imports included (a spare it asks is not in `ready`)."""
+        """As WorkerPool's, the warm-up's wait for the spares' start included (their imports, then their Prepare:
+        a spare it asks is not in `ready`)."""
         started = clock()
         with self.importing:
             super().settle(clock)

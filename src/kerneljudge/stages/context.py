@@ -30,15 +30,17 @@ class DeviceMemo:
     evaluation's 2.05 s of probes on an idle H100, more beside other lanes; checking a kept one on a candidate's
     draw runs it once, and once per move). A kept plan that covered less on a later candidate's draw is None:
     where the nonlinear ops bend moves with the draw there, and each candidate of the problem plans on its own.
-    And the device's copy bandwidth (the memory floor's), by device key: checked once per run against the cache
-    by a short copy, which ran inside every timing's exclusive hold before."""
+    And the device's copy bandwidth (the memory floor's), by device key: settled once per run in the device's first
+    baselines stage, before its candidate is loaded (a short copy checked it inside every timing's exclusive hold
+    before)."""
 
     baselines: dict[str, Any] = field(default_factory=dict)
     range_plans: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     bandwidth_gbps: dict[str, float] = field(default_factory=dict)
-    # the reference's latest eager batches on the device, by baselines key: (request time - claimed time) per call,
-    # the cross-check's reference beside a later candidate's short run (measure.KEPT_CHECK_BATCHES)
-    reference_slacks: dict[str, list[float]] = field(default_factory=dict)
+    # the batches of the reference's full eager run on the device, by baselines key (made with the kept figures,
+    # before any candidate was loaded): (request time - claimed time) per call, topping up a later candidate's short
+    # run as the cross-check's reference (measure.KEPT_CHECK_BATCHES)
+    reference_slacks_ms: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass

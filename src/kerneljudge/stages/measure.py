@@ -65,11 +65,11 @@ SKEW_ALLOWANCE_SHARE = 0.4
 # the timing before as many were checked)
 GUARANTEED_CHECKS = 2
 MIN_CROSS_CHECK_BATCHES = 8  # the candidate is timed over at least this many batches where the budget allows
-# A batch's later candidate of a problem checks the kept baselines with a short eager run of this many batches (its
-# worker's processes stopped: the device's exclusive time of every candidate), and the cross-check's reference is
-# those and the latest earlier batches of the problem's runs on the device, MIN_CROSS_CHECK_BATCHES in all
-# (DeviceMemo.reference_slacks: each measured the same way, the lanes' workers stopped). Nine batches of level2/51's
-# 5.6 ms reference took 225 ms of a 0.7 s timing stage on an H100 (thirty-first session).
+# A batch's later candidate of a problem checks the kept baselines with a short eager run of at least this many
+# batches (its worker's processes stopped: the device's exclusive time of every candidate); where they are fewer than
+# MIN_CROSS_CHECK_BATCHES, the cross-check's reference is topped up with the last batches of the problem's full eager
+# run on the device, made before any candidate was loaded (DeviceMemo.reference_slacks_ms). Nine batches of
+# level2/51's 5.6 ms reference took 225 ms of a 0.7 s timing stage on an H100 (thirty-first session).
 KEPT_CHECK_BATCHES = 4
 CONFIRM_ROUNDS = 12  # candidate and reference batches in turn, before an excess is called tampering
 # ... and this many more when the first rounds' excess is over the tolerance, the decision then taken on all of
@@ -112,7 +112,7 @@ TIMED_INPUTS_MAX_BYTES = 256 << 20
 TIMED_BATCH_REFERENCE_FACTOR = 100.0
 TIMED_BATCH_MIN_S = 60.0
 CALIBRATION = timing.StopRule(min_runs=20, max_runs=400, min_time_ms=20.0, budget_ms=300.0, target_rel_sem=0.02)
-KEPT_CHECK = dataclasses.replace(CALIBRATION, min_runs=1)  # KEPT_CHECK_BATCHES batches at least
+KEPT_CHECK = dataclasses.replace(CALIBRATION, min_runs=1)  # (with KEPT_CHECK_BATCHES batches at least)
 # A cached torch.compile time is used while the eager time measured beside it is within this factor of this
 # run's, both ways (wide enough for a noisy CPU, where compiling again costs 8-27 s; a stale entry from
 # other conditions, once seen 14x off, is measured again).
@@ -530,13 +530,15 @@ def _reused_while_timed(j: Judging, i: int) -> None:
                                      "again)", stage=STAGE, call=i))
 
 
-def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -> Baselines | None:
+def run_baselines(j: Judging, problem_key: str, device_key: str, clock_ms: Callable[[], float]) -> Baselines | None:
     """Stage "baselines", before the worker imports the candidate: the reference timed (eager, and
     torch.compile's), while nothing of the candidate's has run, so nothing of it (a thread loading the host,
     a kernel left running on the device) can slow the reference down and flatter the speedup, or widen the
     cross-check's reference. The pipeline skips this stage where a batch's lanes on the device kept the
     problem's baselines (`run_timing` then times a short eager run, the worker's processes stopped). None where
-    the reference could not be timed (said; the candidate is then checked, not timed)."""
+    the reference could not be timed (said; the candidate is then checked, not timed). In a batch, the device's
+    first such stage also settles its copy bandwidth for the memory floor of every later candidate on it
+    (`_bandwidth`), for the same reason: settled after a candidate was loaded, it could be one slowed on purpose."""
     try:
         measured = _baselines(j, _stop_rule(j.options.timing), clock_ms, problem_key)
     except StageEnded:
@@ -546,6 +548,8 @@ def run_baselines(j: Judging, problem_key: str, clock_ms: Callable[[], float]) -
                                      "is checked, not timed", stage=BASELINES))
         measured = None
     j.take(j.referee.call(protocol.TimeDone()), BASELINES)  # its timed inputs are not kept through the check
+    if j.memo is not None and device_key not in j.memo.bandwidth_gbps:
+        j.memo.bandwidth_gbps[device_key] = _bandwidth_settled(j, device_key, BASELINES)[0]
     return measured
 
 
@@ -659,8 +663,9 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
     anyway is `tampering`). Where that run's time disagrees with the kept one, the kept figures still give this
     result's speedups (they were measured before any candidate code had run; this run was not), and the lanes
     forget them: their next candidate of the problem measures them again, first. The cross-check's reference is
-    this run's KEPT_CHECK_BATCHES batches and, where it agrees, the latest earlier ones of the problem's eager runs
-    on the device (the full one, then each short one): as many batches as a full run gives, in half the time."""
+    this run's batches (KEPT_CHECK_BATCHES at least) topped up, where it agrees, with the last ones of the full run
+    the kept figures come from (made before any candidate was loaded: a short run's, made after, never serve
+    another candidate), MIN_CROSS_CHECK_BATCHES in all; where it disagrees, its own batches alone."""
     with j.worker.frozen() as frozen:
         if frozen.running:
             _ran_while_stopped(j, frozen.running, "kept running")
@@ -671,13 +676,13 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
     short_ms = short.stats.median_ms if short is not None else None
     then_ms = memo["eager"]["median_ms"]
     agrees = short_ms is not None and _agrees(short_ms, then_ms)
-    if short_timer is not None:  # the cross-check's reference: this run's batches, and the latest earlier ones
-        earlier = j.memo.reference_slacks.get(problem_key, []) if agrees else []
-        short_timer.slacks_ms = (earlier + short_timer.slacks_ms)[-MIN_CROSS_CHECK_BATCHES:]
-        j.memo.reference_slacks[problem_key] = list(short_timer.slacks_ms)
+    missing = MIN_CROSS_CHECK_BATCHES - len(short_timer.slacks_ms) if short_timer is not None else 0
+    if agrees and missing > 0:  # the cross-check's reference topped up with the full run's last batches
+        short_timer.slacks_ms = j.memo.reference_slacks_ms.get(problem_key, [])[-missing:] + short_timer.slacks_ms
     if not agrees:
         if j.baselines.get(problem_key) is memo:  # not another lane's newer figures
             del j.baselines[problem_key]
+            j.memo.reference_slacks_ms.pop(problem_key, None)
         j.findings.append(Finding.of(
             "baseline-disagrees", f"the reference's eager time now, {f'{short_ms:.4g} ms' if short_ms else 'none'}, "
             f"is not within {COMPILE_CACHE_FACTOR:g}x of the {then_ms:.4g} ms measured before on this device: the "
@@ -725,7 +730,7 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
     if j.baselines is not None and found.get("eager"):
         j.baselines[problem_key] = {name: found[name] for name in ("eager", "compile") if name in found}
-        j.memo.reference_slacks[problem_key] = list(eager_timer.slacks_ms)
+        j.memo.reference_slacks_ms[problem_key] = list(eager_timer.slacks_ms)
     return Baselines(found, cached, eager_timer, eager_ms)
 
 
@@ -821,24 +826,22 @@ def _tolerance(j: Judging, median_ms: float, reference_ms: float, reference_slac
 def _bandwidth(j: Judging, device_key: str) -> tuple[float, str]:
     """The device's copy bandwidth, and where it came from: the cache, while it is within
     BANDWIDTH_CACHE_FACTOR of a short measurement made now ("cached"); else measured in full now and cached
-    ("measured", or "remeasured" when the cached figure was out of range). In a batch, the figure an earlier
-    candidate's evaluation on the device settled ("kept": the memo is the judge's own memory)."""
+    ("measured", or "remeasured" when the cached figure was out of range). In a batch, the figure the device's
+    first baselines stage settled, before its candidate was loaded ("kept": `run_baselines`); a figure settled
+    here, with the candidate loaded, serves this candidate alone."""
     kept = j.memo.bandwidth_gbps.get(device_key) if j.memo is not None else None
     if kept is not None:
         return kept, "kept"
-    gbps, source = _bandwidth_settled(j, device_key)
-    if j.memo is not None:
-        j.memo.bandwidth_gbps[device_key] = gbps
-    return gbps, source
+    return _bandwidth_settled(j, device_key, STAGE)
 
 
-def _bandwidth_settled(j: Judging, device_key: str) -> tuple[float, str]:
-    """`_bandwidth` outside a batch's memo: the cache checked by a short copy, or a full measurement."""
-    check = j.take(j.referee.call(protocol.CopyBandwidth(quick=True)), STAGE)["gbps"]
+def _bandwidth_settled(j: Judging, device_key: str, stage: str) -> tuple[float, str]:
+    """The cache checked by a short copy, or a full measurement (`_bandwidth`), in `stage`."""
+    check = j.take(j.referee.call(protocol.CopyBandwidth(quick=True)), stage)["gbps"]
     cached = (cache.load(j.options.cache_dir, "bandwidth", device_key) or {}).get("gbps")
     if _within(cached, check, BANDWIDTH_CACHE_FACTOR):
         return cached, "cached"
-    gbps = j.take(j.referee.call(protocol.CopyBandwidth()), STAGE)["gbps"]
+    gbps = j.take(j.referee.call(protocol.CopyBandwidth()), stage)["gbps"]
     cache.save(j.options.cache_dir, "bandwidth", device_key, {"gbps": gbps})
     return gbps, "measured" if cached is None else "remeasured"
 

@@ -36,7 +36,7 @@ def find_persisting_l2_reset() -> tuple[Callable[[], None] | None, str]:
 
     Looked up once per process (importing cuda-python's runtime bindings took
     63 ms on the H200), when the process takes its GPU
-    (``proc/machine.take_device``): outside every measured request, and
+    (``proc/machine.take_device``), or ahead of it (``prepare_device``): outside every measured request, and
     before any candidate code is imported that could plant a module of that
     name.  A cuda-python that fails to import in any way counts as absent.
     """
