@@ -389,9 +389,20 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    agrees = short_ms is not None",
              (_k(KILLS, "kept_baselines"),), "a batch lane's baselines kept whatever this run measures"),
     Mutation("kept-check-pools-disagreeing-slacks", "stages/measure.py",
-             "    if agrees and missing > 0:", "    if missing > 0:",
+             "    if agrees and missing > 0 and j.baselines.get(problem_key) is memo:",
+             "    if missing > 0 and j.baselines.get(problem_key) is memo:",
              (_k(KILLS, "kept_baselines"),), "the cross-check's reference pools the full run's batches where a "
              "disagreeing run says they are of other conditions"),
+    Mutation("kept-check-tops-up-from-newer-figures", "stages/measure.py",
+             "    if agrees and missing > 0 and j.baselines.get(problem_key) is memo:",
+             "    if agrees and missing > 0:",
+             (_k(KILLS, "kept_baselines"),), "a short run topped up with the batches of figures other than those it "
+             "was compared with"),
+    Mutation("baselines-bandwidth-under-another-key", "pipeline.py",
+             "measure.run_baselines(judging, problem_key, device_key, run.clock_ms)",
+             "measure.run_baselines(judging, problem_key, problem_key, run.clock_ms)",
+             (_k("tests/test_batch.py", "baselines_once"),), "the bandwidth a batch's baselines stage settled kept "
+             "under a key no timing looks up: each settles its own, with its candidate loaded"),
     Mutation("bandwidth-settled-in-a-timing-kept", "stages/measure.py",
              "    return _bandwidth_settled(j, device_key, STAGE)",
              "    return j.memo.bandwidth_gbps.setdefault(device_key, _bandwidth_settled(j, device_key, STAGE)[0]), "

@@ -589,6 +589,9 @@ def test_evaluate_many_times_baselines_once_per_problem_and_lane(tmp_path, fast)
             assert later.result.timing["baselines_cached"] == ["eager"] and "baselines" not in later.result.stage_ms
             assert later.result.timing["baselines"]["eager"] == kept
         forgotten = "baseline-disagrees" in codes(later.result)
+    # the device's bandwidth (the memory floor's) was settled in that first baselines stage, before the candidate
+    # was loaded, and every timing kept it (none settled with its candidate loaded)
+    assert [f.result.timing["floor"]["bandwidth"] for f in finished] == ["kept"] * 3
 
 
 def test_batched_env_step(tmp_path, fast):

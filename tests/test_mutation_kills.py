@@ -256,7 +256,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     from kerneljudge.stages import measure
     from kerneljudge.stages.context import DeviceMemo, Judging
 
-    medians, asked, frozen = iter([1.0, 1.5, 3.0, 2.5, 2.0, 2.2, 9.0]), [], []
+    medians, asked, frozen, copies = iter([1.0, 1.5, 3.0, 2.5, 2.0, 2.2, 2.4, 9.0]), [], [], []
     batches = {2.2: 12}  # a fast reference's short run times more batches than it must (its minimum time)
 
     def fake_measure(j, process, model, stop, clock_ms, check=False, stage=measure.STAGE, part=(1, 1),
@@ -275,7 +275,8 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
 
     monkeypatch.setattr(measure, "_measure", fake_measure)
     j = Judging(fast.replace(timing={"enabled": True, "compile_baseline": False}), SimpleNamespace(frozen=worker_frozen),
-                SimpleNamespace(call=lambda request: {"gbps": 12.0} if request.op == "copy-bandwidth" else {}), "cpu")
+                SimpleNamespace(call=lambda request: copies.append(request) or {"gbps": 12.0}
+                                if request.op == "copy-bandwidth" else {}), "cpu")
     j.memo = DeviceMemo()
 
     def baselines():
@@ -291,6 +292,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     assert baselines() == (1.0, "timer 1.0", []) and asked == [("eager", "full", "baselines", 0)]
     assert j.memo.reference_slacks_ms["the-problem"] == [1.0] * 8
     assert j.memo.bandwidth_gbps == {"the-device": 12.0}  # settled there too, before any candidate is loaded
+    settled = len(copies)
     assert baselines() == (1.0, "timer 1.5", ["eager"])  # 1.5 agrees: the kept figures, this run's timer
     assert asked[1] == ("eager", "short", measure.STAGE, 1) and not j.findings  # the worker stopped meanwhile
     assert slacks[-1] == [1.0] * 4 + [1.5] * 4 and j.memo.reference_slacks_ms["the-problem"] == [1.0] * 8
@@ -298,6 +300,7 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     assert [f.code for f in j.findings] == ["baseline-disagrees"] and j.kept_baselines("the-problem") is None
     assert slacks[-1] == [3.0] * 4 and "the-problem" not in j.memo.reference_slacks_ms  # its own alone
     assert baselines() == (2.5, "timer 2.5", []) and asked[3] == ("eager", "full", "baselines", 0)
+    assert len(copies) == settled  # the device's bandwidth settled once: a later full run keeps it
     assert baselines() == (2.5, "timer 2.0", ["eager"])  # measured again and kept: 2.0 agrees with 2.5
     assert slacks[-1] == [2.5] * 4 + [2.0] * 4
     assert baselines() == (2.5, "timer 2.2", ["eager"]) and slacks[-1] == [2.2] * 12  # enough of its own: all kept
@@ -305,6 +308,9 @@ def test_a_lanes_kept_baselines_are_reused_only_while_a_short_eager_time_agrees(
     # not forget newer ones another lane measured meanwhile
     read, newer = j.kept_baselines("the-problem"), {"eager": {"median_ms": 9.0}}
     j.baselines["the-problem"] = newer
+    # (figures replaced since they were read: a run agreeing with the read ones is not topped up with the batches
+    # of the newer figures' run)
+    assert measure._kept(j, "the-problem", read, lambda: 0.0).timer.slacks_ms == [2.4] * 4 and not j.findings[1:]
     assert measure._kept(j, "the-problem", read, lambda: 0.0).figures == read  # 9.0 disagrees with 2.5
     assert j.kept_baselines("the-problem") is newer and j.memo.reference_slacks_ms["the-problem"] == [2.5] * 8
 

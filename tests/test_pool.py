@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+
+import pytest
 
 from conftest import CANDIDATES, SEED
 
@@ -216,11 +219,13 @@ def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatc
     assert all(p.process.wait(timeout=30) is not None for p in processes)
 
 
-def test_a_spare_that_dies_while_it_prepares_is_dropped_and_the_next_evaluation_starts_its_own(fast, monkeypatch):
-    """A spare that fails its Prepare (dead, stopped, past its limit) is ended, not handed to the next evaluation;
-    the other spare goes on to its ping, and the next evaluation starts a worker of its own."""
+@pytest.mark.parametrize("fault", ["dies", "hangs"])
+def test_a_spare_that_fails_to_prepare_is_dropped_and_the_next_evaluation_starts_its_own(fast, monkeypatch, fault):
+    """A spare that fails its Prepare (dead, or stopped past the limit) is ended, not handed to the next
+    evaluation; the other spare goes on to its ping, and the next evaluation starts a worker of its own."""
     import dataclasses
 
+    from kerneljudge.batch import local
     from kerneljudge.batch.backend import Job
     from kerneljudge.batch.gate import DeviceGate
     from kerneljudge.batch.local import LocalLane
@@ -228,11 +233,15 @@ def test_a_spare_that_dies_while_it_prepares_is_dropped_and_the_next_evaluation_
 
     lane = LocalLane("cpu:0", "cpu", DeviceGate(), DeviceMemo())
     lane.prestart = True  # as on a GPU lane
-    plain_submit, killed = WorkerProcess.submit, []
+    plain_submit, killed, stopped = WorkerProcess.submit, [], contextlib.ExitStack()
+    monkeypatch.setattr(local, "PREPARE_LIMIT", (0.5, "a spare's preparation (the test's limit)"))
 
     def submit(process, request, blobs=()):
         if request.op == "prepare" and process.module == WORKER and not killed:
-            process.kill()
+            if fault == "dies":
+                process.kill()
+            else:
+                stopped.enter_context(process.frozen())  # every process of it stopped: it never answers
             killed.append(process)
         return plain_submit(process, request, blobs)
 
@@ -246,10 +255,12 @@ def test_a_spare_that_dies_while_it_prepares_is_dropped_and_the_next_evaluation_
         second = lane.judge(dataclasses.replace(job, id="two"), lambda event: None)
     finally:
         lane.close()
+        stopped.close()
     assert first.verdict == second.verdict == "pass"
     assert len(killed) == 1 and killed[0].process.wait(timeout=30) is not None
-    # the referee prepared and warmed, alive; the worker a fresh spare the lane's end started, not yet on the device
-    assert spares == {WORKER: [(None, None)], REFEREE: [("cpu", None)]}
+    # the referee prepared and warmed, alive; a worker spare, if any, one the lane's end started afresh, not yet on
+    # the device (the end starts none while the warm-up still runs)
+    assert spares[REFEREE] == [("cpu", None)] and spares[WORKER] in ([], [(None, None)]), spares
 
 
 def test_a_worker_that_ran_while_another_lane_stopped_it_is_tampering():

@@ -51,8 +51,9 @@ from kerneljudge.stages.context import DeviceMemo
 
 
 WARM_UP = "warm-up"  # the spares' first pings, as the device's gate names their hold (gate.waited_for_s)
-# A spare's Prepare (the driver's start: 0.2-0.8 s on an H100) may take this long; past it the spare is stopped and
-# the next evaluation starts its own (the lane's timings wait for the preparation, `settle`, not for a hang)
+# Each spare's Prepare (the driver's start: 0.2-0.8 s on an H100) may take this long, counted from when its reply is
+# awaited; past it the spare is stopped and the next evaluation starts its own (the lane's timings wait for the
+# preparation, `settle`, not for a hang)
 PREPARE_LIMIT = (30.0, "a spare's preparation of the GPU")
 
 

@@ -38,8 +38,8 @@ class DeviceMemo:
     range_plans: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     bandwidth_gbps: dict[str, float] = field(default_factory=dict)
     # the batches of the reference's full eager run on the device, by baselines key (made with the kept figures,
-    # before any candidate was loaded): (request time - claimed time) per call, topping up a later candidate's short
-    # run as the cross-check's reference (measure.KEPT_CHECK_BATCHES)
+    # before that run's candidate was loaded; other lanes' workers stopped): (request time - claimed time) per call,
+    # topping up a later candidate's short run as the cross-check's reference (measure.KEPT_CHECK_BATCHES)
     reference_slacks_ms: dict[str, list[float]] = field(default_factory=dict)
 
 

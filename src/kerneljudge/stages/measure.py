@@ -550,6 +550,12 @@ def run_baselines(j: Judging, problem_key: str, device_key: str, clock_ms: Calla
     j.take(j.referee.call(protocol.TimeDone()), BASELINES)  # its timed inputs are not kept through the check
     if j.memo is not None and device_key not in j.memo.bandwidth_gbps:
         j.memo.bandwidth_gbps[device_key] = _bandwidth_settled(j, device_key, BASELINES)[0]
+    if j.baselines is not None and measured is not None and measured.figures.get("eager"):
+        # kept for the problem's later candidates on the device once the stage has ended well (its bandwidth
+        # settled): the figures, and the eager run's batches that top up their short runs (`_kept`)
+        j.baselines[problem_key] = {name: measured.figures[name] for name in ("eager", "compile")
+                                    if name in measured.figures}
+        j.memo.reference_slacks_ms[problem_key] = list(measured.timer.slacks_ms)
     return measured
 
 
@@ -677,7 +683,7 @@ def _kept(j: Judging, problem_key: str, memo: dict[str, Any], clock_ms) -> Basel
     then_ms = memo["eager"]["median_ms"]
     agrees = short_ms is not None and _agrees(short_ms, then_ms)
     missing = MIN_CROSS_CHECK_BATCHES - len(short_timer.slacks_ms) if short_timer is not None else 0
-    if agrees and missing > 0:  # the cross-check's reference topped up with the full run's last batches
+    if agrees and missing > 0 and j.baselines.get(problem_key) is memo:  # (the batches of these figures' run)
         short_timer.slacks_ms = j.memo.reference_slacks_ms.get(problem_key, [])[-missing:] + short_timer.slacks_ms
     if not agrees:
         if j.baselines.get(problem_key) is memo:  # not another lane's newer figures
@@ -701,7 +707,8 @@ def _ran_while_stopped(j: Judging, pids: list[int], what: str) -> None:
 def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) -> Baselines:
     """Eager always (it calibrates the cross-check; a short run when baselines are off), torch.compile from
     the cache while the eager time it was measured beside agrees with this run's. In a batch lane
-    (`j.baselines`), a problem's baselines are measured in full once and kept for its later candidates."""
+    (`j.baselines`), a problem's baselines are measured in full once and kept for its later candidates
+    (`run_baselines`)."""
     opts = j.options.timing
     both = opts.baselines and opts.compile_baseline
     eager, eager_timer, _, why = _measure(j, j.referee, "eager", stop if opts.baselines else CALIBRATION, clock_ms,
@@ -728,9 +735,6 @@ def _baselines(j: Judging, stop: timing.StopRule, clock_ms, problem_key: str) ->
             elif compiled.stats.rel_sem <= CACHEABLE_REL_SEM:
                 cache.save(j.options.cache_dir, "baselines", problem_key,
                            {"compile": found["compile"], "eager_median_ms": eager.stats.median_ms})
-    if j.baselines is not None and found.get("eager"):
-        j.baselines[problem_key] = {name: found[name] for name in ("eager", "compile") if name in found}
-        j.memo.reference_slacks_ms[problem_key] = list(eager_timer.slacks_ms)
     return Baselines(found, cached, eager_timer, eager_ms)
 
 
