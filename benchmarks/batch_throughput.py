@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -222,6 +223,11 @@ class Sampler:
             self.samples.append((status.ready > 0, judging, self._gpu_utilisation()))
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lanes", type=int, default=None, help="judging lanes (default: every visible GPU)")
@@ -263,11 +269,13 @@ def main() -> None:
         thread.start()
         gates = {id(lane.gate): (lane.device, lane.gate) for lane in batch.scheduler.backend.lanes()}
         gate_spent: list[dict] = []  # each gate's accounts at the first result and at the last (the steady state)
+        judge_cpu_s: list[float] = []  # this process's CPU seconds (all lanes' threads) then: is one core its bound?
         for finished, line in batch:
             stage_ms = sum(finished.result.stage_ms.values())
             rows.append((finished, line, stage_ms))
             ended_s.append(time.monotonic() - started)
             gate_spent[1 if gate_spent else 0:] = [{device: gate.spent_s() for device, gate in gates.values()}]
+            judge_cpu_s[1 if judge_cpu_s else 0:] = [_cpu_s()]
             print(f"{time.monotonic() - started:7.1f} s  {finished.job.id:34} {kinds[finished.job.id]:30} "
                   f"{line['verdict']:5} {','.join(line['codes'][:3])[:40]:40} build {finished.build_ms / 1e3:6.1f} s "
                   f"judge {finished.judge_ms / 1e3:6.1f} s wait {finished.waited_ms / 1e3:6.1f} s", flush=True)
@@ -302,6 +310,9 @@ def main() -> None:
     if len(ended_s) > 1:  # past the first result: the processes' cold start (the fork server's) is behind
         print(f"steady state: {(ended_s[-1] - ended_s[0]) / (len(ended_s) - 1):.2f} s per candidate between the first "
               f"result ({ended_s[0]:.1f} s) and the last")
+        cpu_s = judge_cpu_s[-1] - judge_cpu_s[0]
+        print(f"the judge's process (every lane's thread) then: {cpu_s:.1f} CPU s over {ended_s[-1] - ended_s[0]:.1f} s, "
+              f"{100 * cpu_s / max(1e-9, ended_s[-1] - ended_s[0]):.0f}% of one core")
         for device, last in gate_spent[-1].items():  # (batch/gate.py: a timing's drain stalls the other lanes too)
             spent = {state: last[state] - gate_spent[0][device][state] for state in last}
             total = sum(spent.values()) or 1.0
