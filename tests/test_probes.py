@@ -211,6 +211,28 @@ def test_watched_timing_honest_control(fast):
     assert result.timing["candidate"]["n"] == 24
 
 
+def test_a_range_plans_coverage_counts_the_bins_its_arguments_fell_in_and_nothing_outside_the_curved_range():
+    """In process: what the default draw covers of GELU's curved range [-4, 4) (16 bins of 0.5), on arguments in
+    [-1, 1) (four bins), beyond it (none: an argument outside the curved range covers nothing, not the end bin) and
+    across it (every bin); and beside it a softmax's, relative to their row's maximum (its curved range [-8, 0))."""
+    import torch
+
+    from kerneljudge.referee import ranges
+
+    class GeluAndSoftmax(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.gelu(x) + torch.softmax(x * 10, dim=-1)
+
+    def default(x: torch.Tensor) -> dict[str, float]:
+        plan = ranges.plan(GeluAndSoftmax(), [x], 1, lambda: 0.0)
+        return {site: figures["default"] for site, figures in plan["sites"].items()}
+
+    between = torch.linspace(-1, 1, 401)[:-1].reshape(20, 20)  # each row 0.095 wide: 0.95 after the x10
+    assert default(between) == {"gelu#0": 0.25, "softmax#0": 0.125}
+    assert default(between + 5)["gelu#0"] == 0.0 and default(-between - 6)["gelu#0"] == 0.0
+    assert default(torch.linspace(-4, 4, 801)[:-1].reshape(40, 20)) == {"gelu#0": 1.0, "softmax#0": 0.25}
+
+
 def test_range_plan_is_bounded_by_its_budget():
     """In process, with a fake clock that moves 1 s each time it is read: each target is moved once first (the
     clock not read), then moves are tried while the 2.5 s budget lasts (two more); the rest are said untried."""

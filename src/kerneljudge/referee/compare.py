@@ -111,17 +111,22 @@ def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Ten
         yield begin, [f[begin:begin + block].to(device=device, dtype=torch.float64) for f in flats]  # one copy each
 
 
-def all_finite(tensors: list[torch.Tensor]) -> bool:
-    """Whether every element of the tensors is finite, block by block (`torch.isfinite` on a whole 6 GB
-    float32 output took 10 GB of temporaries on a GPU, in a range probe's comparison)."""
-    return all(bool(torch.isfinite(b).all()) for t in tensors for _, (b,) in float64_blocks(t))
-
-
-def rms(tensors: list[torch.Tensor]) -> float:
-    """Root mean square of all the tensors' elements, accumulated in float64 block by block."""
-    count = sum(t.numel() for t in tensors)
-    squares = sum(float((b * b).sum()) for t in tensors for _, (b,) in float64_blocks(t))
-    return (squares / max(count, 1)) ** 0.5
+def finite_and_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """[1.0 where every element of the tensors is finite, else 0.0; the sum of their squares], accumulated in float64
+    block by block (`torch.isfinite` on a whole 6 GB float32 output took 10 GB of temporaries on a GPU, in a range
+    probe's comparison), left on the tensors' device: the caller reads it together with what else it needs, in one
+    transfer (each read of a GPU value waits for the device, and beside other lanes' work for its turn on it: a range
+    plan read hundreds, one per op site and call)."""
+    finite, squares = [], []
+    for t in tensors:
+        for _, (b,) in float64_blocks(t):
+            finite.append(torch.isfinite(b).all())
+            squares.append((b * b).sum())
+    if not finite:
+        return torch.tensor([1.0, 0.0], dtype=torch.float64)
+    device = squares[0].device
+    return torch.stack([torch.stack([f.to(device) for f in finite]).all().to(torch.float64),
+                        torch.stack([q.to(device) for q in squares]).sum()])
 
 
 @dataclass(frozen=True)
