@@ -334,3 +334,30 @@ def test_a_spares_preparation_makes_no_cuda_context():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["prepared", "0", "taken", "1"]
+
+
+def test_a_range_plans_coverage_counted_on_the_gpu_is_the_hosts():
+    """In process: the range plan counts each op site's bins on the GPU by comparison (referee/ranges._counted),
+    on the host by `bincount`: the same model and draw, its values inside, beyond and across the curved ranges,
+    cover the same bins, and the plan chooses the same moves, under torch.use_deterministic_algorithms as a problem
+    may turn it on."""
+    from kerneljudge.referee import ranges
+
+    class GeluAndSoftmax(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.linspace(-2, 2, 50))
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(x + self.bias) + torch.softmax(x * 10, dim=-1)
+
+    x = torch.linspace(-9, 9, 1000).reshape(20, 50) * torch.linspace(0.05, 1, 20).reshape(20, 1)
+    host = ranges.plan(GeluAndSoftmax(), [x], 5, lambda: 0.0)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        gpu = ranges.plan(GeluAndSoftmax().cuda(), [x.cuda()], 5, lambda: 0.0)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert gpu["bins"] == host["bins"] and gpu["sites"] == host["sites"], (gpu["sites"], host["sites"])
+    assert gpu["probes"] == host["probes"] and 0 < host["sites"]["gelu#0"]["default"] < 1

@@ -233,6 +233,53 @@ def test_a_range_plans_coverage_counts_the_bins_its_arguments_fell_in_and_nothin
     assert default(torch.linspace(-4, 4, 801)[:-1].reshape(40, 20)) == {"gelu#0": 1.0, "softmax#0": 0.25}
 
 
+def test_a_range_plans_two_ways_of_counting_bins_agree():
+    """The GPU's way of counting an op site's bins (by comparison: no atomic adds, no wait) and the host's
+    (`bincount`), on indices in every bin and in none (BINS)."""
+    import torch
+
+    from kerneljudge.referee import ranges
+
+    index = torch.randint(0, ranges.BINS + 1, (5000,), generator=torch.Generator().manual_seed(0))
+    index[:40] = 3
+    counts = [ranges._counted(index, by_comparison=way).tolist() for way in (True, False)]
+    assert counts[0] == counts[1] == [int((index == b).sum()) for b in range(ranges.BINS)]
+    assert sum(counts[0]) == int((index < ranges.BINS).sum()) < len(index)
+
+
+def test_a_range_probes_tolerance_grows_with_the_outputs_root_mean_square():
+    """In process: a range call's figures (`_covered`: its output's root mean square, None where it overflows) and a
+    range probe's tolerance (`tolerance`: atol times the float64 output's root mean square where above 1; skipped
+    where that output overflows, or where the reference at its own precision misses the tolerance, counted)."""
+    import torch
+
+    from kerneljudge.referee import ranges
+    from kerneljudge.referee.compare import Outline
+
+    class Scaled(torch.nn.Module):
+        def __init__(self, value: float):
+            super().__init__()
+            self.value = value
+
+        def forward(self, x):
+            return torch.stack([x * 0 + self.value, x * 0 - self.value])  # every element of magnitude `value`
+
+    x = torch.rand(3, 4)
+    assert ranges._covered(Scaled(10.0), [x]) == ({}, 10.0)
+    assert ranges._covered(Scaled(float("inf")), [x]) is None
+    truth = torch.full((3, 4), 10.0, dtype=torch.float64)
+    truth[0, 0] = -10.0
+    native = truth.float()
+    assert ranges.tolerance(Outline.of(native), native, truth, 1e-3, 1e-4) == (1e-2, 1e-4, None)
+    assert ranges.tolerance(Outline.of(native), native, truth / 100, 1e-3, 1e-4)[:2] == (1e-3, 1e-4)  # (rms 0.1)
+    overflowing = truth.clone()
+    overflowing[1, 1] = float("inf")
+    assert "overflows" in ranges.tolerance(Outline.of(native), native, overflowing, 1e-3, 1e-4)[2]
+    off = native.clone()
+    off[2, :3] += 1.0
+    assert "on 3 of 12 elements" in ranges.tolerance(Outline.of(native), off, truth, 1e-3, 1e-4)[2]
+
+
 def test_range_plan_is_bounded_by_its_budget():
     """In process, with a fake clock that moves 1 s each time it is read: each target is moved once first (the
     clock not read), then moves are tried while the 2.5 s budget lasts (two more); the rest are said untried."""

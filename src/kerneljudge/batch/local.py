@@ -111,9 +111,9 @@ class _LanePool(WorkerPool):
         wait for it as for their imports, `settle`), each takes `device` (its first ping: CUDA's start, off the
         next evaluation's path: module docstring) while sharing `gate`, so never beside a timing; the
         evaluation's own first ping then finds the device taken. `ready_for_next` waits for it to end. The spares'
-        pings go side by side in one hold: one at a time, each in a hold of its own, the timings waited longer
-        (thirty-second session, H100: a timing's wait for the requests in flight 0.18-0.34 s a candidate in five
-        batches, against 0.23-0.24 s in two; the two processes' starts overlap)."""
+        pings go side by side in one hold: one at a time, each in a hold of its own, the timings waited no less and
+        the rate did not move (thirty-second session, H100: a timing's wait for the requests in flight 0.18-0.34 s a
+        candidate in five batches, against 0.23-0.24 s in two; the two processes' starts overlap)."""
         with self._lock:
             self.warmed = [p for ready in self.ready.values() for p in ready if p.first_device is None]
         if self.warmed:

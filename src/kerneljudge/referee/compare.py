@@ -114,9 +114,9 @@ def float64_blocks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Ten
 def finite_and_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     """[1.0 where every element of the tensors is finite, else 0.0; the sum of their squares], accumulated in float64
     block by block (`torch.isfinite` on a whole 6 GB float32 output took 10 GB of temporaries on a GPU, in a range
-    probe's comparison), left on the tensors' device: the caller reads it together with what else it needs, in one
-    transfer (each read of a GPU value waits for the device, and beside other lanes' work for its turn on it: a range
-    plan read hundreds, one per op site and call)."""
+    probe's comparison), left on the first tensor's device (the host's where there is none): the caller reads it
+    together with what else it needs, in one transfer (each read of a GPU value waits for the device, and beside
+    other lanes' work for its turn on it: a range plan read about eight per reference call)."""
     finite, squares = [], []
     for t in tensors:
         for _, (b,) in float64_blocks(t):
