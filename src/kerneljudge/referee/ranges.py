@@ -112,8 +112,9 @@ def _covered(model: torch.nn.Module, args: list, centered_inputs: set[int] | Non
         centered_inputs.update(recorder.centered_inputs)
     outs = [o for o in (as_tensors(out) or []) if o.is_floating_point()]
     figures = [finite_and_squares(outs), *recorder.counts.values()]
-    device = next((f.device for f in figures if f.device.type != "cpu"), figures[0].device)  # (no output, or one on
-    # the host: the counts are not each copied from the device)
+    # gathered on the GPU if any is there (with no floating output, or one on the host, the counts are not each
+    # copied from the device, a wait each)
+    device = next((f.device for f in figures if f.device.type != "cpu"), figures[0].device)
     read = torch.cat([f.to(device=device, dtype=torch.float64) for f in figures]).tolist()
     finite, squares = read[0] == 1.0, read[1]
     if not finite:
