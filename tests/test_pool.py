@@ -185,6 +185,11 @@ def test_a_prestarting_lane_waits_for_its_spares_and_stops_its_neighbours_before
     assert neighbour.ran_while_stopped == [4242]  # its pipeline turns it into `tampering` (pipeline._sandbox_checks)
 
 
+def _spares(lane) -> dict[str, list[tuple[str | None, int | None]]]:
+    """A lane's spares by module: the device each took (None: not yet), and whether its process ended (None: alive)."""
+    return {module: [(p.first_device, p.process.poll()) for p in ready] for module, ready in lane.pool.ready.items()}
+
+
 def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatch):
     """The warm-up holds the spares out of the pool while it waits for the gate (other lanes timing); a candidate
     that fails meanwhile ends its evaluation, whose end fills the pool: no second pair is started beside the
@@ -209,8 +214,7 @@ def test_a_lanes_warm_up_keeps_its_spares_and_closing_ends_them(fast, monkeypatc
     try:
         result = lane.judge(job, lambda event: None)
         lane.pool.ready_for_next()
-        spares = {module: [(p.first_device, p.process.poll()) for p in ready]
-                  for module, ready in lane.pool.ready.items()}
+        spares = _spares(lane)
         processes = [p for ready in lane.pool.ready.values() for p in ready]
     finally:
         lane.close()
@@ -250,7 +254,7 @@ def test_a_spare_that_fails_to_prepare_is_dropped_and_the_next_evaluation_starts
     try:
         first = lane.judge(job, lambda event: None)
         lane.pool.ready_for_next()
-        spares = {module: [(p.first_device, p.process.poll()) for p in ready] for module, ready in lane.pool.ready.items()}
+        spares = _spares(lane)
         assert killed[0] not in lane.pool.ready[WORKER]
         second = lane.judge(dataclasses.replace(job, id="two"), lambda event: None)
     finally:

@@ -51,9 +51,10 @@ def target_arch(device: str, requested: str | None) -> str | None:
 
 def preload_toolchain() -> None:
     """torch's JIT build module, imported when a GPU worker takes its device, or ahead of it where a batch lane
-    prepares its spare (protocol.Prepare: outside the device's gate), rather than in the build stage, where a CUDA candidate's import paid it (about 0.2 s; loading a cached
-    build took 25 ms of the H200's 0.3 s build stage). Not on a CPU, where most candidates never build. Best
-    effort: where it fails, the build stage meets the failure itself (a candidate that builds)."""
+    prepares its spare (protocol.Prepare: outside the device's gate), rather than in the build stage, where a CUDA
+    candidate's import paid it (about 0.2 s; loading a cached build took 25 ms of the H200's 0.3 s build stage). Not
+    on a CPU, where most candidates never build. Best effort: where it fails, the build stage meets the failure
+    itself (a candidate that builds)."""
     try:
         importlib.import_module("torch.utils.cpp_extension")
     except Exception:  # noqa: BLE001 - a preload only
