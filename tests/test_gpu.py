@@ -64,6 +64,20 @@ def test_side_stream_only_while_timed_is_seen_by_the_watched_timed_calls(on_gpu)
     assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")  # the probes see an honest one
 
 
+def test_side_work_that_waits_past_the_watched_wait_is_seen_still_running(on_gpu):
+    """Its timed calls' work goes to an unjoined side stream after a wait of 15 ms there, longer than a watched
+    call's wait before the new inputs are written (1 ms + the reference's time) and shorter than the 4x the
+    reference's time it was before the thirty-third session: a watched call's side work, behind the batch's earlier
+    ones on its stream, reads the new inputs or the old ones, and either its output is wrong (`timed-output-mismatch`)
+    or it is still running when the output is read in the caller's stream order (`unsynchronized-work`)."""
+    result = api.evaluate(SEED, GPU / "side_stream_after_wait.py", on_gpu.replace(timing=SHORT_TIMING))
+    verdict, failing = outcome(result)
+    watched = [f for f in result.findings if f.stage == "timing" and f.severity == "fail"
+               and (f.code == "unsynchronized-work" or (f.code == "timed-output-mismatch" and f.details["watched"]))]
+    assert verdict == "fail" and watched, [(f.code, f.message) for f in result.findings]
+    assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")
+
+
 def test_one_buffer_for_a_batchs_calls_while_timed_fails(on_gpu):
     """Honest through the trials and the probes, then one output buffer for all the calls of a timed batch, only
     the last computed: the overwritten outputs fail as `output-alias` (as the repeat probe fails a buffer

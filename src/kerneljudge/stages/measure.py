@@ -41,11 +41,16 @@ CHECKED_FRACTION_AT_MOST = 0.25  # of a span's calls (a short timing's spans wou
 # a candidate that leaves work on another stream only late in a timing meets them there too
 WATCHES_EXPECTED = 8
 WATCHED_CALLS = 16
-# Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits this
-# long on the device (for work the call launched on other streams to run: a multiple of the reference's time,
-# bounded), then writes the call's new inputs. A watched batch's time is not the cross-check's (it is the judge's).
+# Before a watched call the caller's stream is held until the call returns (proc/streamhold.py), then waits on the
+# device this long, then writes the call's new inputs. Side work the call left running on another stream reads the old
+# inputs meanwhile (a wrong output, which the referee's own comparison sees: within the reference's time, wholly); side
+# work that waits for the new ones is still running when the output is read right after the call (the watch's
+# `unsynchronized-work`) unless it fits in the L2 flush and the call's claimed time (README, "What remains assumed"),
+# however long the wait. It was 1 ms + 4x the reference's time until the thirty-third session: 8 waits of 27 ms for
+# level2/51 on the H200, a third of its timing, held alone on the device in a batch. A watched batch's time is not the
+# cross-check's (it is the judge's).
 WATCH_DELAY_MIN_MS = 1.0
-WATCH_DELAY_REFERENCE_FACTOR = 4.0
+WATCH_DELAY_REFERENCE_FACTOR = 1.0
 WATCH_DELAY_MAX_MS = 50.0
 # A GPU batch's input sets are refilled before its first call (refills between calls put the host's work inside
 # the calls' events), so a candidate could do a batch's work at one call and time the others at a fraction of it:
