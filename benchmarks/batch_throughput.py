@@ -352,6 +352,13 @@ def main() -> None:
             names = sorted({name for ms in figures for name in ms})
             print(f"mean per {what}: " + ", ".join(f"{name} {mean_s(ms.get(name, 0.0) for ms in figures):.3f} s"
                                                    for name in names))
+        timed = [f.result.timing for f, _ in judged if (f.result.timing or {}).get("candidate")]
+        if timed:  # what a timing measured in its budget (the watched calls' waits are inside it)
+            stops = sorted({t.get("stop_reason") for t in timed}, key=str)
+            print(f"timings: {len(timed)}; mean {sum(t['candidate']['n'] for t in timed) / len(timed):.0f} timed calls, "
+                  f"{sum(t.get('checked_outputs') or 0 for t in timed) / len(timed):.1f} outputs checked, relative SEM "
+                  f"{sum(t['candidate'].get('rel_sem') or 0 for t in timed) / len(timed):.2%} a candidate; stopped by "
+                  + ", ".join(f"{stop} {sum(t.get('stop_reason') == stop for t in timed)}" for stop in stops))
         plans = [(f.result.probes.get("ranges") or {}).get("plan") for f, _ in judged]
         print(f"range plans: {plans.count('made')} made, {plans.count('kept')} kept, {plans.count('remade')} remade "
               "(stages/probe.py)")
