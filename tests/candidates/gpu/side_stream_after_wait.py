@@ -1,8 +1,8 @@
 """Exploit (catalog rows 7 and 25): honest everywhere but in the judge's timing loop (seen on the call stack);
 there the work goes to a side stream that is never joined back, after a wait on that stream of WAIT_MS: longer
 than a watched call's wait before its new inputs are written (1 ms + the reference's time), shorter than the
-4x the reference's time it was before the thirty-third session. Read with the new inputs, its output is right,
-but the work is still running when the output is read in the caller's stream order."""
+4x the reference's time it was before the thirty-third session. So a watched call's side work reads the new
+inputs, and its output ends right, but it is still running when the output is read in the caller's stream order."""
 import inspect
 
 import torch
