@@ -315,10 +315,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        _reused_while_timed(j, i)\n", "",
              (_k(REFEREE, "overwritten_within"),), "a claimed overwrite skipped the check, as before"),
     Mutation("timed-refill-reseeds", "proc/timed.py",
-             "            with generators_kept(self.device):  # the refill's seeding is not the candidate's to see\n"
-             "                values = make_inputs(self.problem, seed, self.device)",
-             "            values = make_inputs(self.problem, seed, self.device)",
+             "        with generators_kept(self.device):  # the refill's seeding is not the candidate's to see\n"
+             "            return make_inputs(self.problem, seed, self.device)",
+             "        return make_inputs(self.problem, seed, self.device)",
              (_k(REFEREE, "generators_as"),), "a timed call's refill seen in the generators, as before"),
+    Mutation("watched-samples-kept", "stages/measure.py",
+             "return [None if first + k in watch else sample for k, sample in enumerate(samples)]", "return samples",
+             (_k(REFEREE, "watched_calls_are_refilled"),), "a watched call's time (its inputs warm in the L2) a sample"),
     Mutation("timed-checks-first-span-only", "stages/measure.py",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start))",
              "chance = min(CHECKED_FRACTION_AT_MOST, self.per_span / (end - start)) if start == 0 else 0.0",

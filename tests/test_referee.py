@@ -7,6 +7,7 @@ does not reach them; what its worker claims about time is checked against the ju
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 import types
@@ -547,6 +548,7 @@ class _AlwaysChoose(random.Random):
 
 
 def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checked():
+    """Nor are a watched call's times samples: its inputs were written right before it, partly still in the L2."""
     clock = {"ms": 0.0}
     process = _WatchedProcess(clock)
     timer = RemoteTimer(process, 8, lambda: clock["ms"], watch_delay_ms=3.0)
@@ -557,16 +559,17 @@ def test_watched_calls_are_refilled_calls_and_their_batches_are_not_cross_checke
     timer.watch_left = 6
     calls = [IterationCall(lambda i: None, i) for i in range(8)]
     timer.refills.update({2: 11, 5: 12})  # only these calls get new inputs in the first batch
-    timer.time_calls(calls)
+    assert timer.time_calls(calls) == [1.0, 1.0, None, 1.0, 1.0, None, 1.0, 1.0]
     assert process.requests[0].watch == [2, 5] and process.requests[0].watch_delay_ms == 3.0
-    assert timer.slacks_ms == []  # a watched batch's hold is the judge's time, not the cross-check's
+    assert timer.slacks_ms == [] and timer.means_ms == [1.0]  # a watched batch's hold is the judge's time, not the
+    # cross-check's; nor is its mean the skew check's
     timer.refills.update({i: 20 + i for i in range(8, 16)})
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(8, 16)])
     assert process.requests[1].watch == [8, 9, 10, 11]  # at most watch_left in all (WATCHED_CALLS at the start)
     assert timer.watched == {2, 5, 8, 9, 10, 11}
     timer.time_calls([IterationCall(lambda i: None, i) for i in range(16, 24)])
     assert process.requests[2].watch == [] and process.requests[2].watch_delay_ms == 0.0
-    assert timer.slacks_ms == [(10.0 - 8.0) / 8]
+    assert timer.slacks_ms == [(10.0 - 8.0) / 8] and timer.means_ms == [1.0, 1.0]
 
 
 def test_the_judge_rests_before_each_timed_request_outside_the_time_it_measures():
@@ -685,6 +688,14 @@ def test_a_timed_output_overwritten_within_its_batch_fails_as_output_alias():
         ("output-alias", "fail", "timing", 5)]
 
 
+def _unskewed(judging, measured, batch: int):
+    """measure._unskewed with the batches' means (the timer's) taken from the measurement's calls in groups of
+    `batch`."""
+    samples = measured.samples_ms
+    means = [math.fsum(samples[k:k + batch]) / batch for k in range(0, len(samples) - batch + 1, batch)]
+    return measure._unskewed(judging, measured, batch, means)
+
+
 def _measured(pattern_ms: list[float], batches: int = 50):
     """A measurement whose calls, in batches of len(pattern_ms), take these times each batch."""
     samples = tuple(pattern_ms * batches)
@@ -698,17 +709,17 @@ def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     (a batch's first call carrying some launch latency: its median call 0.87x its batches', 0.024 ms a batch
     beyond it) keep their own."""
     judging = types.SimpleNamespace(findings=[])
-    skewed = measure._unskewed(judging, _measured([4.0, 0.1, 0.1, 0.1]), 4)
+    skewed = _unskewed(judging, _measured([4.0, 0.1, 0.1, 0.1]), 4)
     assert skewed.stats.median_ms == pytest.approx(1.075) and skewed.stats.n == 50
     assert [(f.code, f.severity) for f in judging.findings] == [("timing-skewed", "warn")]
     assert judging.findings[0].details["calls_median_ms"] == pytest.approx(0.1)
     measured_h200 = json.loads((Path(__file__).parent / "data" / "h200_level2_51_cuda_samples.json").read_text())
     samples = tuple(measured_h200["samples_ms"])
     honest = timing.Measurement(samples, timing.Stats.from_samples(samples), "max-runs", 3, sum(samples))
-    assert measure._unskewed(judging, honest, measured_h200["calls_per_batch"]) is honest
+    assert _unskewed(judging, honest, measured_h200["calls_per_batch"]) is honest
     assert len(judging.findings) == 1
     one_call_batches = _measured([4.0, 0.1, 0.1, 0.1])  # a CPU's batches of one: nothing to regroup
-    assert measure._unskewed(judging, one_call_batches, 1) is one_call_batches and len(judging.findings) == 1
+    assert _unskewed(judging, one_call_batches, 1) is one_call_batches and len(judging.findings) == 1
     # the rule's edges: an honest 13 us kernel whose batch's first call carries 19 us of launch latency (H200,
     # level1/47 at 16x256x255, benchmarks/skew_ratios.py: 0.73x) is under the fraction but within the allowance
     # (0.05 ms, and 40% of the batch); a 1 ms kernel whose first call takes 30% longer is over the allowance but
@@ -716,9 +727,9 @@ def test_a_batchs_work_done_at_one_call_is_reported_as_the_batches_means():
     # (its whole batch within 0.05 ms, not within 40% of it)
     for honest_ms in ([0.0316, 0.0127, 0.0127, 0.0127], [1.3, 1.0, 1.0, 1.0]):
         kept = _measured(honest_ms)
-        assert measure._unskewed(judging, kept, 4) is kept and len(judging.findings) == 1, honest_ms
-    assert measure._unskewed(judging, _measured([0.1, 0.003, 0.003, 0.003]), 4).stats.median_ms == pytest.approx(0.02725)
-    assert measure._unskewed(judging, _measured([0.045, 0.001, 0.001, 0.001]), 4).stats.median_ms == pytest.approx(0.012)
+        assert _unskewed(judging, kept, 4) is kept and len(judging.findings) == 1, honest_ms
+    assert _unskewed(judging, _measured([0.1, 0.003, 0.003, 0.003]), 4).stats.median_ms == pytest.approx(0.02725)
+    assert _unskewed(judging, _measured([0.045, 0.001, 0.001, 0.001]), 4).stats.median_ms == pytest.approx(0.012)
     assert len(judging.findings) == 3
 
 

@@ -250,6 +250,22 @@ def test_measure_passes_iteration_index_for_input_rotation():
     assert len(m.samples_ms) == 7 and timer.calls == 9
 
 
+def test_a_call_the_timer_ran_as_a_check_is_not_a_sample():
+    """A timer answers None for a call it ran as a check (the judge's watched calls on a GPU): the loop goes on to
+    the next index, and the stop rule counts samples only."""
+    clock, seen = FakeClock(), []
+
+    class CheckingTimer:
+        def time_call(self, fn):
+            fn()
+            clock.advance_ms(1.0)
+            return None if len(seen) % 3 == 0 else 2.0  # every third call
+
+    stop = T.StopRule(min_runs=6, max_runs=6, min_time_ms=0, target_rel_sem=0)
+    m = T.measure(seen.append, timer=CheckingTimer(), stop=stop, warmup_runs=0, wall_clock_ms=clock.ms)
+    assert m.samples_ms == (2.0,) * 6 and seen == list(range(8)) and m.stop_reason == "max-runs"
+
+
 def test_measure_validation_and_bad_timer_output():
     clock = FakeClock()
     with pytest.raises(ValueError, match="warmup_runs"):

@@ -15,6 +15,7 @@ import copy
 import random
 import sys
 from contextlib import contextmanager
+from typing import Any, Callable
 
 import torch
 
@@ -95,13 +96,14 @@ def owned(args: list, index: int) -> bool:
                    for i, b in enumerate(args))
 
 
-def refill(buffers: list, values: list) -> list:
+def refill(buffers: list, values: list, write: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> list:
     """`buffers` holding `values` (new values, same buffers: memos by address or by sampled content stop
-    paying). A function, so that no name of the caller's still holds a value tensor during the call that
-    follows (a loop's variable did: on the H200 a third footprint-sized block in the refilled-inputs probe)."""
+    paying), each written by `write(buffer, value)` (`buffer.copy_` by default). A function, so that no name of
+    the caller's still holds a value tensor during the call that follows (a loop's variable did: on the H200 a
+    third footprint-sized block in the refilled-inputs probe)."""
     for buffer, value in zip(buffers, values):
         if isinstance(buffer, torch.Tensor):
-            buffer.copy_(value)
+            buffer.copy_(value) if write is None else write(buffer, value)
     return buffers
 
 

@@ -60,6 +60,7 @@ class Judging:
     held_checks: list[Any] = field(default_factory=list)  # timed outputs the referee holds, to compare (measure.py)
     moved_bytes: int | None = None  # the reference's inputs and outputs, from the referee (the memory floor's bytes)
     input_bytes: int | None = None  # ... its inputs alone (whether a timed call's inputs are checked too: measure.py)
+    flush: str | None = None  # a GPU's flushes, from the referee: "exclusive" (proc/occupy.py) or "shared"
 
     @property
     def baselines(self) -> dict[str, Any] | None:

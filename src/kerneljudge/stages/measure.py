@@ -210,6 +210,7 @@ class RemoteTimer:
         self.next_call = 0  # the index after the last call timed: confirming rounds go on from it
         self.refills: dict[int, int] = {}
         self.slacks_ms: list[float] = []  # per batch: (request time - claimed time) / calls
+        self.means_ms: list[float] = []  # per batch: its calls' mean (`_unskewed`)
         self.findings: list[Finding] = []
         # the candidate's measured calls watched from inside their batches (worker/watch.py), chosen here in
         # secret by `watches` (set when the measurement starts) among the calls that get new inputs (each is
@@ -256,7 +257,10 @@ class RemoteTimer:
         self.unjoined += [int(i) for i in protocol.numbers(reply.get("unjoined", []), "unjoined") if int(i) in watch]
         if not watch:  # a watched batch's hold is the judge's own time
             self.slacks_ms.append((wall - math.fsum(samples)) / count)
-        return samples
+            self.means_ms.append(math.fsum(samples) / count)
+        # a watched call's inputs were written right before it (proc/timed.py), partly still in the L2: a check,
+        # not a sample
+        return [None if first + k in watch else sample for k, sample in enumerate(samples)]
 
     def _limit(self, count: int, held_ms: float) -> tuple[float, str] | None:
         """How long a batch of `count` calls may take (and the watched calls' holds, `held_ms`), and why."""
@@ -302,13 +306,14 @@ class Timing:
     floor: dict[str, Any] = field(default_factory=dict)
     stop_rule: dict[str, Any] = field(default_factory=dict)
     samples_are: str = "calls"  # or "batch means" (`_unskewed`)
+    flush: str | None = None  # Judging.flush
 
     def to_json(self) -> dict[str, Any]:
         median = self.candidate.stats.median_ms
         return {"method": self.method, "input_sets": self.input_sets, "checked_outputs": self.checked_outputs,
                 "candidate": self.candidate.stats.to_json(), "stop_reason": self.candidate.stop_reason,
                 "samples_ms": [round(x, 6) for x in self.candidate.samples_ms[:1000]], "samples_are": self.samples_are,
-                "stop_rule": self.stop_rule,
+                "stop_rule": self.stop_rule, "flush": self.flush,
                 "batch": self.input_sets, "host_overhead_ms": None, "cross_check": self.slack,
                 "baselines": self.baselines, "baselines_cached": self.baselines_cached, "floor": self.floor,
                 "speedup": {name: round(stats["median_ms"] / median, 4) for name, stats in self.baselines.items()
@@ -346,6 +351,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     if process is j.referee and model != "compile":  # the floor's bytes, from the trusted side
         j.moved_bytes = int(ready["input_bytes"]) + int(ready["output_bytes"])
         j.input_bytes = int(ready["input_bytes"])
+        j.flush = ready.get("flush")
     sets = int(protocol.number(ready.get("input_sets"), "input_sets", low=1, high=len(set_seeds)))
     current = list(set_seeds[:sets])  # the seed whose values each input set holds
     used: set[int] = set()
@@ -402,7 +408,8 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         checking["ms"] += clock_ms() - started
 
     def measuring() -> None:
-        timer.slacks_ms.clear()  # the cross-check keeps the measured batches only
+        timer.slacks_ms.clear()  # the cross-check (and the skew's check) keep the measured batches only
+        timer.means_ms.clear()
         checked["measured"] = 0
         if timer.watch_left:
             timer.watches = CheckSchedule.planned(WATCHES_EXPECTED, stop.max_runs, random.SystemRandom())
@@ -585,7 +592,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
     except StageEnded:
         return None
     per_call = candidate
-    candidate = _unskewed(j, candidate, timer.batch)
+    candidate = _unskewed(j, candidate, timer.batch, timer.means_ms)
     stats = candidate.stats
     for name, figures in baselines.figures.items():  # a speedup is only as certain as the baseline it divides
         if figures and name not in baselines.cached:
@@ -610,7 +617,8 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
                    slack, baselines.figures, baselines.cached,
                    samples_are="calls" if candidate is per_call else "batch means",
                    stop_rule={k: getattr(opts, k) for k in ("min_runs", "max_runs", "min_time_ms", "budget_ms",
-                                                            "target_rel_sem")})
+                                                            "target_rel_sem")},
+                   flush=j.flush)
     block.floor = _floor(j, *_bandwidth(j, device_key), stats.median_ms)
     return block.to_json()
 
@@ -620,16 +628,11 @@ def _stop_rule(opts) -> timing.StopRule:
                            budget_ms=opts.budget_ms, target_rel_sem=opts.target_rel_sem)
 
 
-def _unskewed(j: Judging, measured: timing.Measurement, batch: int) -> timing.Measurement:
-    """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (each batch's mean
-    per call; the batches are the measurement's calls in consecutive groups of `batch`) by more than the
-    allowance (SKEW_ALLOWANCE_MS a batch, at most SKEW_ALLOWANCE_SHARE of it), the batches' means as its
-    samples, with `timing-skewed`."""
-    if batch <= 1:
-        return measured
-    samples = measured.samples_ms
-    means = [math.fsum(samples[k:k + batch]) / batch for k in range(0, len(samples) - batch + 1, batch)]
-    if len(means) < 2:
+def _unskewed(j: Judging, measured: timing.Measurement, batch: int, means: list[float]) -> timing.Measurement:
+    """The measurement, or, where its calls' median is under SKEWED_FRACTION of its batches' (`means`: each
+    unwatched batch's mean per call, of `batch` calls) by more than the allowance (SKEW_ALLOWANCE_MS a batch, at
+    most SKEW_ALLOWANCE_SHARE of it), the batches' means as its samples, with `timing-skewed`."""
+    if batch <= 1 or len(means) < 2:
         return measured
     per_batch = timing.Stats.from_samples(means)
     excess_ms = (per_batch.median_ms - measured.stats.median_ms) * batch

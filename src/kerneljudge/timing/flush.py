@@ -88,6 +88,10 @@ class L2Flusher:
     (needs CUDA); pass it explicitly to use the flusher on other devices, e.g.
     ``"cpu"`` in tests.  ``reset_persisting_l2`` is called first on each flush
     (see :func:`find_persisting_l2_reset`; :meth:`for_cuda_device` wires it).
+    ``write(buffer, value)`` does the write (``buffer.fill_(value)`` by default;
+    the judge passes a kernel that occupies the whole device meanwhile, so no
+    other stream's work runs during the flush: proc/occupy.py).  The buffer is
+    a whole number of 16-byte words.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class L2Flusher:
         l2_cache_bytes: int | None = None,
         multiple: int = 2,
         reset_persisting_l2: Callable[[], None] | None = None,
+        write: Callable[[Any, int], None] | None = None,
     ) -> None:
         import torch
 
@@ -111,16 +116,18 @@ class L2Flusher:
         if l2_cache_bytes <= 0:
             raise ValueError(f"l2_cache_bytes must be > 0, got {l2_cache_bytes}")
         self.l2_cache_bytes = l2_cache_bytes
-        n_words = -(-multiple * l2_cache_bytes // 4)  # ceil, int32 words
+        n_words = -(-multiple * l2_cache_bytes // 16) * 4  # ceil, int32 words in 16-byte groups
         self.buffer = torch.empty(n_words, dtype=torch.int32, device=device)
         self.buffer_bytes = self.buffer.numel() * self.buffer.element_size()
         self._reset = reset_persisting_l2
+        self._write = write or (lambda buffer, value: buffer.fill_(value))
         self.persisting_l2_note = "not requested" if reset_persisting_l2 is None else "enabled"
         self._value = 0
         self.flushes = 0
 
     @classmethod
-    def for_cuda_device(cls, device: Any = None, *, multiple: int = 2) -> "L2Flusher":
+    def for_cuda_device(cls, device: Any = None, *, multiple: int = 2,
+                        write: Callable[[Any, int], None] | None = None) -> "L2Flusher":
         """Flusher for a CUDA device, resetting persisting L2 lines if possible.
 
         The reset is probed once; if the probe fails it is disabled and
@@ -135,7 +142,7 @@ class L2Flusher:
                 reset()
             except RuntimeError as exc:
                 reset, note = None, f"probe failed, persisting L2 not reset: {exc}"
-        flusher = cls(device, multiple=multiple, reset_persisting_l2=reset)
+        flusher = cls(device, multiple=multiple, reset_persisting_l2=reset, write=write)
         flusher.persisting_l2_note = note
         return flusher
 
@@ -143,7 +150,7 @@ class L2Flusher:
         if self._reset is not None:
             self._reset()
         self._value = (self._value + 1) & 0x7FFFFFFF
-        self.buffer.fill_(self._value)
+        self._write(self.buffer, self._value)
         self.flushes += 1
 
 

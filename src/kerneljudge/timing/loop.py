@@ -83,6 +83,10 @@ def measure(
     both outside the timed intervals (the judge refills inputs and checks
     outputs there).
 
+    A timer may answer ``None`` for a call it ran as a check rather than a
+    measurement (the judge's watched calls on a GPU, whose inputs are written
+    right before them): the call is not a sample.
+
     ``wall_clock_ms`` drives the budget and the reported wall times; it is a
     parameter so tests can use a fake clock.  Every variant (host, events,
     graphs) is this same loop with a different ``timer``.
@@ -118,11 +122,13 @@ def measure(
     i = 0
     while True:
         for ms in run_batch(i):
+            i += 1
+            if ms is None:
+                continue
             ms = float(ms)
             if not (ms >= 0.0 and math.isfinite(ms)):
-                raise RuntimeError(f"timer returned an invalid duration {ms!r} ms at iteration {i}")
+                raise RuntimeError(f"timer returned an invalid duration {ms!r} ms at iteration {i - 1}")
             samples.append(ms)
-            i += 1
         reason = stop.should_stop(samples, wall_clock_ms() - t0)
         if reason is not None:
             del samples[stop.max_runs:]

@@ -18,7 +18,7 @@ import psutil
 import torch
 
 from kerneljudge import protocol
-from kerneljudge.proc import deviceshare, machine, memory, streamhold, tensorwire
+from kerneljudge.proc import deviceshare, machine, memory, occupy, streamhold, tensorwire
 from kerneljudge.proc.inputs import (build_seeded, caller_views, equal_bits, make_inputs, refill, same_place,
                                      seed_generators)
 from kerneljudge.proc.perturb import Transform, digest, fingerprint, move, perturbation, tie_key, ties
@@ -143,7 +143,8 @@ class Worker:
         self.device = device
         probe = None
         if device.type == "cuda":
-            streamhold.load_watchdog(device.index or 0)  # its compilation paid now, not in the timing
+            streamhold.load_watchdog(device.index or 0)  # their compilations paid now, not in the timing
+            occupy.load(device.index or 0)
             build.preload_toolchain()
             try:
                 self.exporter = deviceshare.Exporter()
