@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import CANDIDATES, SEED, codes
-from kerneljudge import api, isolation, suite
+from kerneljudge import api, isolation, suite, timing
 from kerneljudge.proc import occupy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="these cases need a CUDA device")
@@ -123,11 +123,55 @@ def test_side_work_waiting_for_the_next_flush_is_in_the_figures_or_fails(on_gpu,
             (f.code, f.message) for f in result.findings]
 
 
+SPIN_EVERY_SM = r"""
+extern "C" __global__ void spin(unsigned int ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+
+
 def test_the_judges_occupying_kernel_leaves_no_room_beside_it():
     """proc/occupy.py: a kernel launched on another stream while the occupying spin runs waits for it to end;
-    beside torch's one-thread spin it runs at once. And its fill writes every word."""
+    beside torch's one-thread spin it runs at once. A block of 1,024 threads on every SM already spinning when the
+    occupying flush starts runs beside blocks of it that only wait: the flush's writes come after the spin (torch's
+    fill runs beside it). And its fill and copy write every word."""
     occupier = occupy.Occupier.for_device(torch.device("cuda"))
     assert occupier is not None
+    flusher = timing.L2Flusher.for_cuda_device(torch.device("cuda"), write=occupier.fill)
+    side = torch.cuda.Stream()
+    spin = torch.cuda._compile_kernel(SPIN_EVERY_SM, "spin")
+    sms, spin_us = torch.cuda.get_device_properties(0).multi_processor_count, 200
+
+    def flush_after_spin_us(flush) -> float:
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(side):
+            start.record()
+            spin(grid=(sms, 1, 1), block=(1024, 1, 1), args=[spin_us * 1000])
+        flush()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    def flush_us(flush) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        flush()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    torch_fill = lambda: flusher.buffer.fill_(3)  # noqa: E731
+    for flush in (flusher, torch_fill):  # (first launches)
+        flush_after_spin_us(flush)
+    alone = {name: sorted(flush_us(f) for _ in range(9))[4] for name, f in (("occupying", flusher), ("torch", torch_fill))}
+    after = {name: sorted(flush_after_spin_us(f) for _ in range(9))[4]
+             for name, f in (("occupying", flusher), ("torch", torch_fill))}
+    print("flush alone us", alone, "ended after a spin of", spin_us, "us on every SM:", after)
+    assert after["occupying"] >= spin_us + 0.8 * alone["occupying"], (alone, after)
+    assert after["torch"] < spin_us + 0.5 * alone["torch"], (alone, after)
     buffer = torch.zeros(1 << 22, dtype=torch.int32, device="cuda")
     occupier.fill(buffer, 7)
     assert bool((buffer == 7).all())

@@ -264,6 +264,11 @@ def test_a_call_the_timer_ran_as_a_check_is_not_a_sample():
     stop = T.StopRule(min_runs=6, max_runs=6, min_time_ms=0, target_rel_sem=0)
     m = T.measure(seen.append, timer=CheckingTimer(), stop=stop, warmup_runs=0, wall_clock_ms=clock.ms)
     assert m.samples_ms == (2.0,) * 6 and seen == list(range(8)) and m.stop_reason == "max-runs"
+    seen.clear()
+    seen += ["so that", "the first call is a check"]
+    spent = T.StopRule(min_runs=6, max_runs=6, min_time_ms=0, budget_ms=0.5)
+    m = T.measure(seen.append, timer=CheckingTimer(), stop=spent, warmup_runs=0, wall_clock_ms=clock.ms)
+    assert m.samples_ms == (2.0,) and m.stop_reason == "budget"  # the budget spent at the check: one sample more
 
 
 def test_measure_validation_and_bad_timer_output():

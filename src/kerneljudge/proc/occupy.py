@@ -6,8 +6,9 @@ another stream that runs during that time is neither inside a call's events nor 
 the reference's, which has the same flushes: work left running after a call, or waiting for a watched call's new
 inputs, could hide there (README, "A watched timed call"). Here that work occupies every thread slot of every
 SM: it is launched as `blocks_per_sm` blocks per SM whose threads fill the SM, so no other kernel's block can be
-resident beside it. A block of the candidate's already resident delays it instead, and a delay is in the batch's
-wall time, which the judge's clock measures (stages/measure.py's cross-check).
+resident beside it, and its blocks do nothing until all of them are resident: a block of the candidate's already
+resident when it starts delays it instead, and a delay is in the batch's wall time, which the judge's clock
+measures (stages/measure.py's cross-check).
 
 One kernel (`OCCUPY_PTX`, loaded by the driver as the stream hold's watchdog is) does both: it writes a buffer
 (the flush) and then spins until a time has passed since it started (the lead spin). Where the driver will not
@@ -24,12 +25,21 @@ import torch
 
 from kerneljudge.proc import cudadriver
 
-# Writes `vectors` 16-byte words of `buffer` (grid-stride): copied from `source` where it is not null, else `value`
-# in every 32-bit word; then waits until `spin_ns` have passed since the block started (the device's global timer):
-#     start = globaltimer;
+BARRIER_TIMEOUT_NS = 20_000_000  # a barrier that waits this long gives up (20 ms)
+
+# All the blocks first wait at a barrier until every block of the launch is resident (a counter in device memory,
+# `arrivals` the count it reaches then), so a block of the candidate's already resident when the kernel starts runs
+# beside blocks that only wait: its time comes before the judge's work, not beside it. Then `vectors` 16-byte words of
+# `buffer` are written (grid-stride), copied from `source` where it is not null, else `value` in every 32-bit word,
+# and the blocks wait until `spin_ns` have passed since the barrier (the device's global timer). A second barrier
+# lets them end together, so no block of the candidate's starts beside the last ones. A barrier gives up after
+# BARRIER_TIMEOUT_NS (a GPU shared under MPS may never hold every block at once):
+#     barrier(arrivals); start = globaltimer;
 #     for (i = blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += gridDim.x * blockDim.x)
 #         ((uint4*)buffer)[i] = source ? ((const uint4*)source)[i] : make_uint4(value, value, value, value);
 #     while (globaltimer - start < spin_ns) nanosleep(500);
+#     barrier(arrivals + gridDim.x);
+# where barrier(n): __syncthreads(); thread 0 adds 1 to *counter and waits until *counter - n >= 0; __syncthreads().
 # At most 32 registers a thread, so two blocks of 1024 threads fit one SM's 65536 registers.
 OCCUPY_PTX = b"""
 .version 7.0
@@ -37,28 +47,46 @@ OCCUPY_PTX = b"""
 .address_size 64
 
 .visible .entry kerneljudge_occupy(.param .u64 buffer, .param .u64 source, .param .u64 vectors, .param .u32 value,
-                                   .param .u64 spin_ns)
+                                   .param .u64 spin_ns, .param .u64 counter, .param .u32 arrivals)
 .maxnreg 32
 {
-    .reg .pred more, copying, waiting;
-    .reg .b32 v, a, b, c, d, tid, ntid, ctaid, nctaid;
-    .reg .b64 base, from, count, i, stride, offset, address, limit, start, now, elapsed, thread;
+    .reg .pred more, copying, waiting, leader;
+    .reg .b32 v, a, b, c, d, tid, ntid, ctaid, nctaid, wanted, seen, ahead, old;
+    .reg .b64 base, from, count, i, stride, offset, address, limit, start, now, elapsed, thread, arrived;
 
-    mov.u64 start, %globaltimer;
     ld.param.u64 base, [buffer];
     ld.param.u64 from, [source];
     ld.param.u64 count, [vectors];
     ld.param.u32 v, [value];
     ld.param.u64 limit, [spin_ns];
+    ld.param.u64 arrived, [counter];
+    ld.param.u32 wanted, [arrivals];
+    mov.u32 tid, %tid.x;
+    mov.u32 ntid, %ntid.x;
+    mov.u32 ctaid, %ctaid.x;
+    mov.u32 nctaid, %nctaid.x;
+    setp.eq.u32 leader, tid, 0;
+    bar.sync 0;
+    @!leader bra entered;
+    atom.global.add.u32 old, [arrived], 1;
+    mov.u64 start, %globaltimer;
+enter:
+    ld.volatile.global.u32 seen, [arrived];
+    sub.s32 ahead, seen, wanted;
+    setp.ge.s32 waiting, ahead, 0;
+    @waiting bra entered;
+    mov.u64 now, %globaltimer;
+    sub.u64 elapsed, now, start;
+    setp.lt.u64 waiting, elapsed, """ + str(BARRIER_TIMEOUT_NS).encode() + b""";
+    @waiting bra enter;
+entered:
+    bar.sync 0;
+    mov.u64 start, %globaltimer;
     setp.ne.u64 copying, from, 0;
     mov.u32 a, v;
     mov.u32 b, v;
     mov.u32 c, v;
     mov.u32 d, v;
-    mov.u32 tid, %tid.x;
-    mov.u32 ntid, %ntid.x;
-    mov.u32 ctaid, %ctaid.x;
-    mov.u32 nctaid, %nctaid.x;
     mul.wide.u32 i, ctaid, ntid;
     cvt.u64.u32 thread, tid;
     add.u64 i, i, thread;
@@ -79,10 +107,26 @@ spin:
     mov.u64 now, %globaltimer;
     sub.u64 elapsed, now, start;
     setp.lt.u64 waiting, elapsed, limit;
-    @!waiting bra done;
+    @!waiting bra spun;
     nanosleep.u32 500;
     bra spin;
-done:
+spun:
+    bar.sync 0;
+    @!leader bra left;
+    add.u32 wanted, wanted, nctaid;
+    atom.global.add.u32 old, [arrived], 1;
+    mov.u64 start, %globaltimer;
+leave:
+    ld.volatile.global.u32 seen, [arrived];
+    sub.s32 ahead, seen, wanted;
+    setp.ge.s32 waiting, ahead, 0;
+    @waiting bra left;
+    mov.u64 now, %globaltimer;
+    sub.u64 elapsed, now, start;
+    setp.lt.u64 waiting, elapsed, """ + str(BARRIER_TIMEOUT_NS).encode() + b""";
+    @waiting bra leave;
+left:
+    bar.sync 0;
     ret;
 }
 """
@@ -139,16 +183,19 @@ def load(device_index: int) -> bool:
 class Occupier:
     """Launches the occupying kernel on the current stream: a buffer written (`fill`) or a wait (`spin_ms`)."""
 
-    def __init__(self, function: ctypes.c_void_p, blocks: int, threads: int):
+    def __init__(self, function: ctypes.c_void_p, blocks: int, threads: int, device_index: int):
         self._function, self.blocks, self.threads = function, blocks, threads
+        self._counter = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
+        self._arrivals = 0  # what the barriers' counter reaches once the last launch's blocks all arrived
         self._launch = cudadriver.libcuda().cuLaunchKernel
         self._launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         self._launch.restype = ctypes.c_int
 
     @classmethod
     def for_device(cls, device: torch.device) -> "Occupier | None":
-        loaded = _loaded(device.index if device.index is not None else torch.cuda.current_device())
-        return cls(*loaded) if loaded is not None else None
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        loaded = _loaded(index)
+        return cls(*loaded, index) if loaded is not None else None
 
     def fill(self, buffer: torch.Tensor, value: int) -> None:
         """Write `value` into every 32-bit word of `buffer` (contiguous, its size a multiple of 16 bytes)."""
@@ -170,13 +217,16 @@ class Occupier:
         self._run(0, 0, 0, 0, int(ms * 1e6))
 
     def _run(self, address: int, source: int, vectors: int, value: int, spin_ns: int) -> None:
+        entry = (self._arrivals + self.blocks) & 0xFFFFFFFF  # the entry barrier's count; the exit's is one grid on
         params = [ctypes.c_uint64(address), ctypes.c_uint64(source), ctypes.c_uint64(vectors),
-                  ctypes.c_uint32(value & 0xFFFFFFFF), ctypes.c_uint64(spin_ns)]
+                  ctypes.c_uint32(value & 0xFFFFFFFF), ctypes.c_uint64(spin_ns),
+                  ctypes.c_uint64(self._counter.data_ptr()), ctypes.c_uint32(entry)]
         pointers = (ctypes.c_void_p * len(params))(*map(ctypes.addressof, params))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         error = self._launch(self._function, self.blocks, 1, 1, self.threads, 1, 1, 0, stream, pointers, None)
         if error != 0:
             raise RuntimeError(f"the occupying kernel's launch failed: CUresult {error}")
+        self._arrivals = (entry + self.blocks) & 0xFFFFFFFF
 
 
 def _in_vectors(tensor: torch.Tensor) -> bool:

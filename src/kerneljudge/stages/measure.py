@@ -255,12 +255,13 @@ class RemoteTimer:
         samples = protocol.numbers(reply.get("samples_ms"), "samples_ms", count=count, low=0.0, high=1e7)
         self.threads = protocol.strings(reply.get("threads", []), "threads") or self.threads
         self.unjoined += [int(i) for i in protocol.numbers(reply.get("unjoined", []), "unjoined") if int(i) in watch]
-        if not watch:  # a watched batch's hold is the judge's own time
-            self.slacks_ms.append((wall - math.fsum(samples)) / count)
-            self.means_ms.append(math.fsum(samples) / count)
-        # a watched call's inputs were written right before it (proc/timed.py), partly still in the L2: a check,
-        # not a sample
-        return [None if first + k in watch else sample for k, sample in enumerate(samples)]
+        if watch:  # a watched batch is a check, not a measurement: its holds are the judge's own time, a watched
+            # call's inputs were written right before it (proc/timed.py, partly still in the L2), and its other calls
+            # meet no cross-check
+            return [None] * count
+        self.slacks_ms.append((wall - math.fsum(samples)) / count)
+        self.means_ms.append(math.fsum(samples) / count)
+        return samples
 
     def _limit(self, count: int, held_ms: float) -> tuple[float, str] | None:
         """How long a batch of `count` calls may take (and the watched calls' holds, `held_ms`), and why."""

@@ -85,7 +85,8 @@ def measure(
 
     A timer may answer ``None`` for a call it ran as a check rather than a
     measurement (the judge's watched calls on a GPU, whose inputs are written
-    right before them): the call is not a sample.
+    right before them): the call is not a sample.  The loop ends with one
+    sample at least, whatever the budget.
 
     ``wall_clock_ms`` drives the budget and the reported wall times; it is a
     parameter so tests can use a fake clock.  Every variant (host, events,
@@ -129,7 +130,7 @@ def measure(
             if not (ms >= 0.0 and math.isfinite(ms)):
                 raise RuntimeError(f"timer returned an invalid duration {ms!r} ms at iteration {i - 1}")
             samples.append(ms)
-        reason = stop.should_stop(samples, wall_clock_ms() - t0)
+        reason = stop.should_stop(samples, wall_clock_ms() - t0) if samples else None  # one sample at least
         if reason is not None:
             del samples[stop.max_runs:]
             break
