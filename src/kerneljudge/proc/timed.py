@@ -48,7 +48,7 @@ class TimedModel:
         self.views = [caller_views(inputs) for inputs in self.sets]  # each set's memory as the calls left it
         self.outputs: dict[int, Any] = {}
         self._occupier = occupy.Occupier.for_device(device) if device.type == "cuda" else None
-        self._copy = self._occupier.copy if self._occupier is not None else None  # new values written so
+        self._copy = self._occupier.copy if self._occupier is not None else None  # writes new values (None: torch's)
         if device.type == "cuda":
             self._flusher = timing.L2Flusher.for_cuda_device(device, write=self._occupier and self._occupier.fill)
         if method == "cuda-graph":
@@ -120,8 +120,8 @@ class TimedModel:
     def _flush(self) -> None:
         """The L2 flush before a call (GPU), then a watched call's new values written into its set: right before
         its start event, so work that waits on the device for them can only run inside the call's events (or
-        delay the flush, which it cannot share the device with). Its inputs are then partly in the L2, which is
-        why the judge leaves a watched call's time out of the figures (stages/measure.py)."""
+        delay the flush, which it cannot share the device with). Its inputs are then partly in the L2, one reason
+        why the judge leaves a watched batch's times out of the figures (stages/measure.py)."""
         self._flusher()
         if self._watched_values is not None:
             i, values = self._watched_values
