@@ -37,7 +37,7 @@ def event() -> torch.cuda.Event:
     return torch.cuda.Event(enable_timing=True)
 
 
-def exclusivity(occupier: occupy.Occupier, flushes: dict, side: torch.cuda.Stream) -> None:
+def exclusivity(occupier: occupy.Occupier, buffer: torch.Tensor, side: torch.cuda.Stream) -> None:
     for name, spin in (("occupying", lambda: occupier.spin_ms(3.0)), ("torch", lambda: torch.cuda._sleep(6_000_000))):
         for _ in range(2):  # (the first launches)
             torch.cuda.synchronize()
@@ -52,7 +52,8 @@ def exclusivity(occupier: occupy.Occupier, flushes: dict, side: torch.cuda.Strea
         print(f"a side kernel launched 1 ms into a 3 ms {name} spin ended after {start.elapsed_time(end):.3f} ms")
     spin = torch.cuda._compile_kernel(SPIN_EVERY_SM, "spin")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for name, flush in flushes.items():
+    # the flushes' writes alone (the flusher's persisting-lines reset is a host call of the runtime's)
+    for name, flush in (("occupying", lambda: occupier.fill(buffer, 3)), ("torch fill_", lambda: buffer.fill_(3))):
         ended = []
         for _ in range(10):
             torch.cuda.synchronize()
@@ -123,7 +124,7 @@ def main() -> None:
     flushers = {"torch fill_": timing.L2Flusher.for_cuda_device(device),
                 "occupying": timing.L2Flusher.for_cuda_device(device, write=occupier.fill)}
     side = torch.cuda.Stream()
-    exclusivity(occupier, flushers, side)
+    exclusivity(occupier, flushers["occupying"].buffer, side)
     flush_cost(flushers)
     for share in args.caller_share:
         for name, flush in flushers.items():
