@@ -319,6 +319,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            return make_inputs(self.problem, seed, self.device)",
              "        return make_inputs(self.problem, seed, self.device)",
              (_k(REFEREE, "generators_as"),), "a timed call's refill seen in the generators, as before"),
+    Mutation("watched-refill-before-flush", "proc/timed.py",
+             "        self._flusher()\n        if self._watched_values is not None:\n"
+             "            i, values = self._watched_values\n            self._watched_values = None\n"
+             "            refill(self.sets[i % len(self.sets)], values, self._copy)\n",
+             "        if self._watched_values is not None:\n"
+             "            i, values = self._watched_values\n            self._watched_values = None\n"
+             "            refill(self.sets[i % len(self.sets)], values, self._copy)\n        self._flusher()\n",
+             (_k(REFEREE, "watched_calls_values_are_written"),),
+             "a watched call's new values written before its flush (side work waiting for them runs beside it)"),
     Mutation("watched-samples-kept", "stages/measure.py", "            return [None] * count\n",
              "            return samples\n", (_k(REFEREE, "watched_calls_are_refilled"),),
              "a watched batch's times (its watched calls' inputs warm in the L2) samples"),

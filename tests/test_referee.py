@@ -468,6 +468,31 @@ def test_a_timed_calls_refill_leaves_the_generators_as_the_candidate_left_them()
     assert torch.equal(timed.sets[0][0], make_inputs(problem, 103, torch.device("cpu"))[0])  # still refilled
 
 
+def test_a_watched_calls_values_are_written_after_its_flush_and_a_batchs_once_all_are_drawn():
+    """proc/timed.py's order on a GPU, on a CPU model with its flush and its writes recorded: a batch's new values
+    are all drawn before the first is written (the occupying copies back to back), and a watched call's, drawn
+    after its hold and wait (`_gated`), are written right after the flush before it, so work that waits for them on
+    the device can only run inside the call's events."""
+    cpu = torch.device("cpu")
+    problem = types.SimpleNamespace(get_inputs=lambda: [torch.randn(8, 4)])
+    timed = TimedModel(lambda args: args[0] * 2, problem, cpu, [1, 2], "host-clock", time.perf_counter_ns)
+    log, draw = [], timed._new_values
+    timed._flusher = lambda: log.append("flush")
+    timed._copy = lambda buffer, value: log.append(("write", buffer.data_ptr())) or buffer.copy_(value)
+    timed._new_values = lambda i: log.append(("draw", i)) or draw(i)
+    sets = [inputs[0].data_ptr() for inputs in timed.sets]
+    timed._pending_refills = {0: 11, 1: 12}
+    timed._refill_batch([0, 1])
+    assert log == [("draw", 0), ("draw", 1), ("write", sets[0]), ("write", sets[1])]
+    assert torch.equal(timed.sets[1][0], make_inputs(problem, 12, cpu)[0])
+    log.clear()
+    timed._pending_refills = {2: 13}
+    timed._watched_values = (2, timed._new_values(2))  # as `_gated` leaves them
+    timed._flush()
+    assert log == [("draw", 2), "flush", ("write", sets[0])] and timed._watched_values is None
+    assert torch.equal(timed.sets[0][0], make_inputs(problem, 13, cpu)[0])
+
+
 def test_a_referee_set_up_again_times_the_new_problem():
     """The reference's timed sets are kept only while the same problem's reference is timed again: a second
     Setup in one referee process starts afresh (the byte counts are the new problem's)."""
