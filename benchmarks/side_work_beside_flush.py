@@ -3,7 +3,7 @@ spends between timed calls, and what does the occupying kernel (proc/occupy.py) 
 
 Three measurements, in one process, no judge:
 1. exclusivity: a one-thread kernel launched on another stream 1 ms into a 3 ms occupying spin, and into torch's
-   one-thread spin, and when it ends; then a spin of one 1,024-thread block on every SM already running when each
+   one-thread spin, and when it ends; then a spin of one 256-thread block on every SM already running when each
    flush starts, and when the flush ends (the occupying flush's blocks wait for one another: its writes come after);
 2. the flush's cost: torch's `fill_` against the occupying fill, of the flusher's buffer (2x the L2);
 3. a chain of calls as the timed loop makes them ([flush, start event, the caller's part of an N x N product, end
@@ -60,12 +60,12 @@ def exclusivity(occupier: occupy.Occupier, buffer: torch.Tensor, side: torch.cud
             start, end = event(), event()
             with torch.cuda.stream(side):
                 start.record()
-                spin(grid=(sms, 1, 1), block=(1024, 1, 1), args=[200_000])
+                spin(grid=(sms, 1, 1), block=(256, 1, 1), args=[200_000])
             flush()
             end.record()
             torch.cuda.synchronize()
             ended.append(start.elapsed_time(end) * 1e3)
-        print(f"{name} flush after a 200 us spin of 1,024 threads on every SM: ended at "
+        print(f"{name} flush after a 200 us spin of 256 threads on every SM: ended at "
               f"{statistics.median(ended[2:]):.1f} us")
 
 

@@ -134,9 +134,10 @@ extern "C" __global__ void spin(unsigned int ns) {
 
 def test_the_judges_occupying_kernel_leaves_no_room_beside_it():
     """proc/occupy.py: a kernel launched on another stream while the occupying spin runs waits for it to end;
-    beside torch's one-thread spin it runs at once. A block of 1,024 threads on every SM already spinning when the
+    beside torch's one-thread spin it runs at once. A block of 256 threads on every SM already spinning when the
     occupying flush starts runs beside blocks of it that only wait: the flush's writes come after the spin (torch's
-    fill runs beside it). And its fill and copy write every word."""
+    fill runs beside it; beside a spin of 1,024 threads a SM it waited too, on an H100). And its fill and copy
+    write every word."""
     occupier = occupy.Occupier.for_device(torch.device("cuda"))
     assert occupier is not None
     flushed = torch.empty(torch.cuda.get_device_properties(0).L2_cache_size // 2, dtype=torch.int32, device="cuda")
@@ -149,7 +150,7 @@ def test_the_judges_occupying_kernel_leaves_no_room_beside_it():
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(side):
             start.record()
-            spin(grid=(sms, 1, 1), block=(1024, 1, 1), args=[spin_us * 1000])
+            spin(grid=(sms, 1, 1), block=(256, 1, 1), args=[spin_us * 1000])
         flush()
         end.record()
         torch.cuda.synchronize()
