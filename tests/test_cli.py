@@ -337,3 +337,22 @@ def test_tolerance_override(kj):
     result = parse_json(out)
     assert result["verdict"] == "pass"
     assert all(t["atol"] == 1e-2 and t["rtol"] == 1e-2 and t["passed"] for t in result["trials"])
+
+
+def test_the_exit_code_is_the_verdicts_when_the_reader_of_stdout_leaves_early(cache_dir, tmp_path):
+    """`kerneljudge eval ... | head -1`: the reader is gone before the report is written (here before the judge
+    starts). click and rich answer a broken pipe with exit 1, which means "fail"; the verdict's code is kept."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
+           "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
+    for extra, solution, expected in (((), "@pytorch", 0), (("--json",), cand("wrong.py"), 1)):
+        read, write = os.pipe()
+        os.close(read)  # no reader at all: the first write fails
+        judge = subprocess.run([sys.executable, "-m", "kerneljudge", "eval", SEED, solution, *NO_TIMING, *extra],
+                               stdout=write, stderr=subprocess.PIPE, env=env, timeout=300)
+        os.close(write)
+        assert judge.returncode == expected, judge.stderr.decode()[-2000:]
+        assert b"Traceback" not in judge.stderr, judge.stderr.decode()[-2000:]

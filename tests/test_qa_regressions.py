@@ -6,6 +6,10 @@ timing is the point) and asserts what a user must see.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from conftest import CANDIDATES, SEED, codes
 from kerneljudge import api
 from kerneljudge.stages import measure
@@ -152,3 +156,76 @@ def test_a_candidates_own_constant_of_a_problems_name_is_left_alone(fast):
     result = api.evaluate("level1/23", QA / "own_dim_constant.py", fast, probes=False)
     assert result.verdict == "pass", [f.message for f in result.findings if f.severity in ("fail", "error")]
     assert "candidate-constants" not in codes(result)
+
+
+# QA 35 (a new user's 55 candidates over six problems, on the CPU): an expanded output no memory could copy was a
+# fault of the judge's own; a thread started at the first call and left running passed; an RMSNorm without its eps
+# passed; a KeyboardInterrupt from forward was "called exit"; a default dtype left set was "replaced torch.Storage"
+# and "changed its input tensors"; a 10,000-times-slower candidate's speedup was 0.0.
+KERNELBENCH = Path(__file__).parents[2] / "shared" / "kernelbench"
+RMSNORM = KERNELBENCH / "level1" / "36_RMSNorm_.py"
+RMSNORM_SMALL = (("batch_size", "4"), ("features", "16"), ("dim1", "32"), ("dim2", "32"))
+
+
+def test_an_output_too_large_to_copy_is_judged_by_its_shape(fast):
+    result = api.check(RELU, QA / "expand_huge_output.py", fast, probes=False)
+    assert result.verdict == "fail" and codes(result) >= {"output-shape"}, [f.message for f in result.findings]
+    assert not codes(result) & {"worker-fault", "judge-error"}
+    assert "(1048576, 1048576)" in next(f.message for f in result.findings if f.code == "output-shape")
+
+
+def test_a_thread_started_at_an_earlier_call_running_the_candidates_code_is_seen(fast):
+    result = api.check(RELU, QA / "thread_from_first_call.py", fast)
+    spawned = [f for f in result.findings if f.code == "thread-spawn"]
+    assert result.verdict == "fail" and spawned, [f.message for f in result.findings]
+    assert "started before this call" in spawned[0].message and "_spin" in spawned[0].message
+    # a pool made at the first call, idle between calls, runs none of the candidate's code there
+    pooled = api.check(RELU, QA / "pool_from_first_call.py", fast)
+    assert pooled.verdict == "pass", [f.message for f in pooled.findings if f.severity in ("fail", "error")]
+
+
+def test_a_thread_started_after_the_probes_is_seen_when_timing_starts(fast):
+    """The threads probe's calls come before the timing: a thread that the probes' calls never started, but a
+    later one did, is running the candidate's code when timing begins."""
+    timing = {**CUT_SHORT, "baselines": False, "budget_ms": 20.0}
+    result = api.evaluate(RELU, QA / "thread_from_first_call.py", fast.replace(timing=timing), probes=False)
+    timed = [f for f in result.findings if f.code == "thread-spawn" and f.stage == "timing"]
+    assert result.verdict == "fail" and timed, [(f.code, f.stage, f.message) for f in result.findings]
+
+
+@pytest.mark.skipif(not RMSNORM.is_file(), reason="KernelBench's problems are not in ../shared/kernelbench")
+def test_a_norm_without_its_epsilon_fails_where_the_inputs_are_small(fast):
+    options = fast.replace(overrides=RMSNORM_SMALL)
+    wrong = api.check(RMSNORM, QA / "rmsnorm_without_eps.py", options)
+    missed = [f.message for f in wrong.findings if f.code == "range-mismatch"]
+    assert wrong.verdict == "fail" and missed and "inputs x0.01" in missed[0], [f.message for f in wrong.findings]
+    honest = api.check(RMSNORM, QA / "rmsnorm_rsqrt.py", options)
+    assert honest.verdict == "pass", [f.message for f in honest.findings if f.severity in ("fail", "error")]
+
+
+def test_a_keyboard_interrupt_from_forward_is_a_forward_error(fast):
+    result = api.check(RELU, QA / "raises_keyboard_interrupt.py", fast, probes=False)
+    assert result.verdict == "error" and codes(result) >= {"forward-error"}, [f.message for f in result.findings]
+    assert "candidate-exit" not in codes(result)
+    assert "KeyboardInterrupt: from forward" in next(f.message for f in result.findings if f.code == "forward-error")
+
+
+def test_a_default_dtype_left_set_is_named_and_is_no_input_mutation(fast):
+    result = api.check(RELU, QA / "default_dtype_left_set.py", fast, probes=False)
+    messages = [f.message for f in result.findings if f.code == "tampering"]
+    assert result.verdict == "fail" and "input-mutation" not in codes(result), [f.message for f in result.findings]
+    assert any("default dtype (torch.float64" in m for m in messages), messages
+    assert any("inputs of dtype float64, not float32" in m for m in messages), messages
+    assert not any("torch.Storage" in m for m in messages), messages
+
+
+def test_a_very_slow_candidates_speedup_keeps_its_significant_figures(fast):
+    timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "budget_ms": 1.0}
+    result = api.evaluate(RELU, QA / "slow_sleep.py", fast.replace(timing=timing), probes=False)
+    assert result.verdict == "pass" and result.timing["candidate"]["n"] == 1
+    speedup = result.speedup["eager"]
+    baseline_ms = result.timing["baselines"]["eager"]["median_ms"]
+    assert 0 < speedup < 1e-3
+    assert speedup == pytest.approx(baseline_ms / result.timing["candidate"]["median_ms"], rel=1e-3)
+    noisy = [f.message for f in result.findings if f.code == "timing-noisy" and "baseline" not in f.message]
+    assert noisy and "1 run only, no spread known" in noisy[0], noisy

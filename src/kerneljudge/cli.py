@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import signal
 import sys
 from contextlib import contextmanager, nullcontext
@@ -120,17 +121,35 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
 
 
 def emit(results: list[Result], as_json: bool) -> int:
-    """Print the results (one JSON object, or the human report) and return the exit code."""
-    if as_json:
-        payload = results[0].to_json() if len(results) == 1 else {"results": [r.to_json() for r in results]}
-        click.echo(json.dumps(jsonsafe(payload), indent=2))
-    else:
-        console = Console()
-        for i, result in enumerate(results):
-            if i:
-                console.rule()
-            report.render(result, console)
+    """Print the results (one JSON object, or the human report) and return the exit code: the verdicts', also
+    where the reader of stdout left before the end (`| head`; click's own exit code for that, 1, is "fail")."""
+    try:
+        if as_json:
+            payload = results[0].to_json() if len(results) == 1 else {"results": [r.to_json() for r in results]}
+            click.echo(json.dumps(jsonsafe(payload), indent=2))
+        else:
+            console = _ReportConsole()
+            for i, result in enumerate(results):
+                if i:
+                    console.rule()
+                report.render(result, console)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_left()
     return max(r.exit_code for r in results)
+
+
+def _reader_left() -> None:
+    """What is left unwritten to stdout goes nowhere, the interpreter's last flush included."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _ReportConsole(Console):
+    """rich's Console, whose own answer to a reader that left (exit 1) is left to `emit`."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _reader_left()
 
 
 class Interrupted(BaseException):

@@ -52,6 +52,8 @@ def timing_line(result: Result) -> str | None:
         base = (timing.get("baselines") or {}).get(name) or {}
         if factor is not None:
             line += f"; {factor:.3g}x vs {name} ({base.get('median_ms', float('nan')):.4g} ms)"
+    if result.speedup and result.verdict != "pass":
+        line += " (not a speedup: the candidate did not pass)"
     if timing.get("host_overhead_ms") is not None:
         line += f"; host overhead {timing['host_overhead_ms']:.3g} ms/call " + (
             "(the stream held while the host enqueued: not in the device time)" if timing.get("stream_hold_ms")

@@ -172,6 +172,9 @@ def structure_problem(received: Received, outline: Outline, *, unpacked: bool = 
         if fact.get("storageless"):
             return Finding.of("output-type", "output has no real storage (a meta or storage-less tensor)",
                               stage=STAGE)
+        if c is None and unpacked and fact.get("uncopyable"):
+            return Finding.of("output-type", f"output ({dtype}, shape {tuple(shape)}) could not be copied to the referee: "
+                              f"{str(fact['uncopyable'])[:240]}", stage=STAGE)
         if c is None and unpacked:
             return Finding.of("output-type", f"output ({dtype}, {len(shape)} dimensions) could not be carried to the "
                               "referee: kerneljudge carries float, integer, bool and complex dtypes but not float8 or "

@@ -58,6 +58,18 @@ def _as_received(description: dict, unpacked: tuple[str, list[dict], list]) -> c
     return compare.Received(*unpacked, str(description.get("type", "")))
 
 
+def _other_dtypes(kept: list, after: list) -> str:
+    """Where the inputs as the worker had them after the call (tensors, or their descriptions) have other dtypes
+    than the ones drawn here, which an in-place change cannot make: "dtype float64, not float32" (else "")."""
+    def dtype(value) -> str | None:
+        if isinstance(value, torch.Tensor):
+            return str(value.dtype).removeprefix("torch.")
+        return str(value.get("dtype"))[:20] if isinstance(value, dict) and value.get("t") == "tensor" else None
+    pairs = {(dtype(a), dtype(b)) for a, b in zip(kept, after) if isinstance(a, torch.Tensor) and dtype(b) is not None}
+    differ = sorted((got, drawn) for drawn, got in pairs if got != drawn)
+    return ", ".join(f"dtype {got}, not {drawn}" for got, drawn in differ[:3])
+
+
 class Referee:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
@@ -224,17 +236,26 @@ class Referee:
                     mutated = request.inputs_after is not None and self._inputs_changed(kept.inputs,
                                                                                        request.inputs_after, blobs)
                 blobs.clear()  # the received bytes are unpacked into tensors: not held twice while comparing
+                if mutated:
+                    mutated = _other_dtypes(kept.inputs, inputs_after if inputs_after is not None
+                                            else request.inputs_after) or True
                 return self._compared(request, kept, received, mutated, mismatch)
         except tensorwire.WireError as exc:
             return {"findings": [Finding.of("tampering", f"the worker's reply was malformed: {exc}",
                                             stage="check").to_json()]}, []
 
-    def _compared(self, request: protocol.Compare, kept, received: compare.Received, mutated: bool,
+    def _compared(self, request: protocol.Compare, kept, received: compare.Received, mutated: bool | str,
                   mismatch: compare.Comparison | None = None) -> Reply:
         """The comparison `request` asks for of the candidate's output with the expectation `kept` (`mismatch`: its
-        structure's failure, seen from its description)."""
+        structure's failure, seen from its description; `mutated`: whether the inputs after the call differ, or
+        how their dtypes do, which no call can change in place)."""
         findings: list[Finding] = []
-        if mutated:
+        if isinstance(mutated, str):
+            findings.append(Finding.of("tampering", f"the worker's process held inputs of {mutated}: the problem's "
+                                       "get_inputs, run there, drew them otherwise than here, so candidate code changed "
+                                       "what it makes (torch.set_default_dtype left set, for one)", stage="check",
+                                       trial=request.index))
+        elif mutated:
             timed = request.rule == "timed"
             findings.append(Finding.of("input-mutation", f"{'timed call' if timed else 'trial'} {request.index}: the "
                                        "candidate's forward changed its input tensors", stage="timing" if timed else

@@ -317,7 +317,9 @@ class Timing:
                 "stop_rule": self.stop_rule, "flush": self.flush,
                 "batch": self.input_sets, "host_overhead_ms": None, "cross_check": self.slack,
                 "baselines": self.baselines, "baselines_cached": self.baselines_cached, "floor": self.floor,
-                "speedup": {name: round(stats["median_ms"] / median, 4) for name, stats in self.baselines.items()
+                # four significant figures: a candidate 10,000 times slower is 0.0001x, not 0 (which reports read as
+                # "no time" and leave out of a geometric mean)
+                "speedup": {name: float(f"{stats['median_ms'] / median:.4g}") for name, stats in self.baselines.items()
                             if stats and median}}
 
 
@@ -655,8 +657,9 @@ def _watch_delay_ms(reference_ms: float | None) -> float:
 def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, stage: str) -> None:
     """`timing-noisy` when a figure ended far from its precision target (the candidate's, or a baseline's)."""
     if rel_sem > NOISY_FACTOR * j.options.timing.target_rel_sem:
-        j.findings.append(Finding.of("timing-noisy", f"{what}relative SEM {100 * rel_sem:.2g}% after {n} runs"
-                                     + (f" ({why})" if why else ""), stage=stage))
+        spread = f"relative SEM {100 * rel_sem:.2g}% after {n} runs" if math.isfinite(rel_sem) else \
+            f"{n} run{'s' * (n != 1)} only, no spread known"
+        j.findings.append(Finding.of("timing-noisy", f"{what}{spread}" + (f" ({why})" if why else ""), stage=stage))
 
 
 @dataclass

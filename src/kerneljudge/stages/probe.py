@@ -122,17 +122,23 @@ def probe_aliasing(j: Judging) -> list[Finding]:
 
 
 def probe_threads(j: Judging) -> list[Finding]:
-    """Row 8: no thread or process started by the call may outlive it; native thread growth is a warning
-    (runtimes start pools lazily, so only the Python-visible ones fail)."""
+    """Row 8: no thread or process started by the call may outlive it, nor a thread started before it (at import,
+    by an earlier call) keep running the candidate's code; native thread growth is a warning (runtimes start pools
+    lazily, so only the Python-visible ones fail, and of those started before the call only those in the
+    candidate's code)."""
     drawn = j.draw(_seed(j, "threads"), STAGE, expect=False)
     seen = j.observe("threads", drawn, STAGE)
     threads = protocol.strings(seen.get("threads", []), "threads")
+    earlier = protocol.strings(seen.get("earlier", []), "earlier")
     children = [int(protocol.number(c, "children", low=0)) for c in seen.get("children", [])]
-    if threads or children:
+    if threads or children or earlier:
         what = ([f"thread(s) {', '.join(threads)}"] if threads else []) + (
             [f"process(es) {children}"] if children else [])
-        return [Finding.of("thread-spawn", f"after forward returned, {' and '.join(what)} started by the call were "
-                           "still running", stage=STAGE)]
+        started = [f"{' and '.join(what)} started by the call were still running"] if what else []
+        running = [f"thread(s) {', '.join(earlier)}, started before this call (at import or by an earlier one), "
+                   "were running the candidate's code"] if earlier else []
+        return [Finding.of("thread-spawn", f"after forward returned, {'; '.join(started + running)}", stage=STAGE,
+                           threads=threads + earlier)]
     growth = protocol.number(seen.get("native_growth", 0), "native_growth")
     if growth > 0:
         return [Finding.of("native-threads", f"the process had {growth:g} more native threads after the call",

@@ -260,9 +260,8 @@ def _import(path: str, sha256: str, constants: dict | None = None
             exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the candidate runs in the worker
         else:
             spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything, even SystemExit
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything, even SystemExit or a
+        # KeyboardInterrupt (worker/calls.py: no Ctrl-C reaches a worker)
         return None, classify(exc, stage="build", code="import-error", what="importing the candidate",
                               source_file=path)
     return module, None

@@ -99,6 +99,7 @@ class Guard:
     torch_probes: tuple = ()
     modes: tuple = ()  # the torch function and dispatch modes entered then (torch's own DeviceContext not counted)
     kernels: dict[str, str] = field(default_factory=dict)  # the copying operations' kernels then
+    default_dtype: tuple = ()  # torch's get_default_dtype, bound then, and what it answered
     # what the guard's audit hook saw since: watched functions' code set, audit hooks added
     audited: set[str] = field(default_factory=set)
 
@@ -146,6 +147,7 @@ class Guard:
             namespaces += [("torch", torch), ("torch.Tensor", torch.Tensor)]
             self.tensor_names = frozenset(vars(torch.Tensor))
             from torch.utils._device import DeviceContext
+            self.default_dtype = (torch.get_default_dtype, torch.get_default_dtype())
             self.torch_probes = (torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
                                  torch._C._len_torch_dispatch_stack, torch._C._dispatch_dump, DeviceContext)
             self.modes = self._modes()
@@ -176,6 +178,9 @@ class Guard:
                        if names.get(attr) is not value and not _same(names.get(attr), value))
         if (self.clock_ns, self.wall_ms) != self.bound_clocks:
             changed.add("the judge's bound clock")
+        if self.default_dtype and (now := self.default_dtype[0]()) != self.default_dtype[1]:
+            changed.discard("torch.Storage")  # (which torch.set_default_dtype replaces too)
+            changed.add(f"torch's default dtype ({now}, set with torch.set_default_dtype and left so)")
         return sorted(changed | self.audited | self._hooked(deep))
 
     def _modes(self) -> tuple[int, int]:

@@ -31,7 +31,7 @@ from kerneljudge.worker import build, optrace
 from kerneljudge.worker.calls import guarded
 from kerneljudge.worker.guard import Guard
 from kerneljudge.worker.session import Session
-from kerneljudge.worker.watch import TimedWatch
+from kerneljudge.worker.watch import TimedWatch, running_candidate_code
 
 POISON_BYTE = 0xFF  # every float format reads 0xFF.. as NaN
 POISON_EXTRA_BYTES = 1 << 30  # the most the large poisoned block on a GPU takes, beyond one block per output size
@@ -406,7 +406,8 @@ class Worker:
         raise ValueError(f"nothing to observe as {request.what!r}")
 
     def _threads(self, draw: Callable[[], list]) -> Reply:
-        """Threads or processes the call started that are still running after it returned."""
+        """Threads or processes the call started that are still running after it returned, and threads that an
+        earlier call started (the warm call here, or any before it) still running the candidate's code."""
         me = psutil.Process()
         warm_args = draw()  # kept while the next draw is made: the two calls never share an address
         warm = self._call(warm_args, "ModelNew.forward (probe threads)", "probe")  # runtime pools start here
@@ -419,7 +420,9 @@ class Worker:
         called = self._call(args, "ModelNew.forward (probe threads)", "probe")
         if called.failure:
             return _reply([called.failure.finding], poisoned=called.failure.poisoned)
-        return _reply([], threads=[t.name for t in threading.enumerate() if t not in threads_before],
+        started = [t.name for t in threading.enumerate() if t not in threads_before]
+        return _reply([], threads=started,
+                      earlier=[name for name in running_candidate_code(self._source()) if name not in started],
                       children=[c.pid for c in me.children(recursive=True) if c.pid not in children_before],
                       native_growth=me.num_threads() - native_before)
 
@@ -471,7 +474,7 @@ class Worker:
 
     def time_setup(self, request: protocol.TimeSetup, blobs: list) -> Reply:
         session = self.session
-        self.watch = TimedWatch(self.device)
+        self.watch = TimedWatch(self.device, self._source())
         self.timed = None  # the last model's input sets and outputs go before the next one's are drawn
         call = lambda args: session.candidate(*args)  # noqa: E731
         if session.seeding is not None:

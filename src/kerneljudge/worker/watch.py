@@ -4,7 +4,8 @@ A candidate can tell that it is being timed (the call stack, a call count, the p
 alone cannot vouch for the timed calls. Two observations are made on the timed calls themselves, right
 after each returns and before anything else of the candidate's runs:
 - threads: every timed call, whether a Python thread is alive that was not when timing began (a count
-  first, about 0.1 us; the names only when it changed);
+  first, about 0.1 us; the names only when it changed); and when timing begins, any thread already running the
+  candidate's own code (`running_candidate_code`: one started by an earlier call, which the count cannot see);
 - streams (GPU): on the calls the judge chose secretly for this batch, the output is copied in the
   caller's stream order at once, and after the batch's device-wide synchronisation compared with the
   output then: work left running on another stream (not joined back) makes the two differ.
@@ -14,6 +15,7 @@ trusts): they can fail a candidate, never clear one.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -23,12 +25,29 @@ from kerneljudge.proc import tensorwire
 from kerneljudge.proc.inputs import equal_bits
 
 
+def running_candidate_code(source_file: str) -> list[str]:
+    """The names of the threads, other than this one, with a frame of the candidate's file on their stack: its
+    code running outside any call of the judge's (a runtime's idle pool thread, a finished executor's worker,
+    show none; a loop the candidate started at some earlier call does)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    running = []
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        while frame is not None and frame.f_code.co_filename != source_file:
+            frame = frame.f_back
+        if frame is not None:
+            running.append(names.get(ident, f"thread {ident}"))
+    return running
+
+
 class TimedWatch:
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, source_file: str = ""):
         self.device = device
         self.threads_before = set(threading.enumerate())
         self.count_before = threading.active_count()
-        self.threads: list[str] = []  # threads seen alive right after a timed call, not there before timing
+        # threads seen alive right after a timed call, not there before timing; or there, running candidate code
+        self.threads: list[str] = running_candidate_code(source_file) if source_file else []
         self.chosen: set[int] = set()
         self.reads: dict[int, list[torch.Tensor]] = {}
 
