@@ -348,11 +348,14 @@ def test_the_exit_code_is_the_verdicts_when_the_reader_of_stdout_leaves_early(ca
 
     env = {**os.environ, "KERNELJUDGE_CACHE_DIR": str(cache_dir),
            "KERNELJUDGE_SOCKET": str(tmp_path / "no-server" / "judge.sock")}
-    for extra, solution, expected in (((), "@pytorch", 0), (("--json",), cand("wrong.py"), 1)):
+    judges = []
+    for extra, solution, expected in (((), "@pytorch", 0), (("--json",), cand("wrong.py"), 1)):  # side by side
         read, write = os.pipe()
         os.close(read)  # no reader at all: the first write fails
-        judge = subprocess.run([sys.executable, "-m", "kerneljudge", "eval", SEED, solution, *NO_TIMING, *extra],
-                               stdout=write, stderr=subprocess.PIPE, env=env, timeout=300)
+        judges.append((subprocess.Popen([sys.executable, "-m", "kerneljudge", "eval", SEED, solution, *NO_TIMING,
+                                         *extra], stdout=write, stderr=subprocess.PIPE, env=env), expected))
         os.close(write)
-        assert judge.returncode == expected, judge.stderr.decode()[-2000:]
-        assert b"Traceback" not in judge.stderr, judge.stderr.decode()[-2000:]
+    for judge, expected in judges:
+        stderr = judge.communicate(timeout=300)[1].decode()
+        assert judge.returncode == expected, stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-2000:]

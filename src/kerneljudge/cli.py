@@ -123,25 +123,32 @@ def build_options(kw: dict, *, timing: bool = True, probes: bool = True) -> Opti
 def emit(results: list[Result], as_json: bool) -> int:
     """Print the results (one JSON object, or the human report) and return the exit code: the verdicts', also
     where the reader of stdout left before the end (`| head`; click's own exit code for that, 1, is "fail")."""
+    if as_json:
+        payload = results[0].to_json() if len(results) == 1 else {"results": [r.to_json() for r in results]}
+        _echo(json.dumps(jsonsafe(payload), indent=2))
+    else:
+        console = _ReportConsole()
+        for i, result in enumerate(results):
+            if i:
+                console.rule()
+            report.render(result, console)
+    return max(r.exit_code for r in results)
+
+
+def _echo(text: str) -> None:
+    """`text` on stdout, flushed; where its reader left, nothing (the caller's exit code stands)."""
     try:
-        if as_json:
-            payload = results[0].to_json() if len(results) == 1 else {"results": [r.to_json() for r in results]}
-            click.echo(json.dumps(jsonsafe(payload), indent=2))
-        else:
-            console = _ReportConsole()
-            for i, result in enumerate(results):
-                if i:
-                    console.rule()
-                report.render(result, console)
+        click.echo(text)
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_left()
-    return max(r.exit_code for r in results)
 
 
 def _reader_left() -> None:
     """What is left unwritten to stdout goes nowhere, the interpreter's last flush included."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _ReportConsole(Console):
@@ -192,7 +199,7 @@ def run_verb(verb: str, problem: str, solutions: tuple[str, ...], options: Optio
     except KernelJudgeError as exc:
         if not as_json:
             raise
-        click.echo(json.dumps({"verdict": "error", "error": spoken(exc, "cli")}))  # one JSON object on stdout
+        _echo(json.dumps({"verdict": "error", "error": spoken(exc, "cli")}))  # one JSON object on stdout
         sys.exit(2)
     sys.exit(emit(results, as_json))
 

@@ -107,7 +107,8 @@ def _specs() -> dict[str, Spec]:
              "Look for reads of uninitialised memory or races (run compute-sanitizer --tool racecheck/initcheck).",
              catalog_row=15),
         Spec("thread-spawn", "fail", "The candidate left a thread or process running after the call",
-             "Do all work inside the call, on the calling thread and the current CUDA stream.", catalog_row=8),
+             "Do all work inside the call, on the calling thread and the current CUDA stream (a helper thread that "
+             "waits, blocked, until a call hands it work is allowed).", catalog_row=8),
         Spec("side-stream", "fail", "Work ran on a CUDA stream other than the caller's",
              "Launch on torch.cuda.current_stream() (at::cuda::getCurrentCUDAStream() in C++), or join your "
              "streams back with wait_stream before returning.", catalog_row=7),
@@ -115,7 +116,8 @@ def _specs() -> dict[str, Spec]:
              "Order all work on the caller's stream; a side stream must be joined (wait_stream/events) before return.",
              catalog_row=7),
         Spec("tampering", "fail", "The candidate replaced a clock, a synchronisation or a judge function",
-             "Do not patch torch, time or kerneljudge; the judge measures with functions bound before your import.",
+             "Do not patch torch, time or kerneljudge, nor leave torch's global settings changed "
+             "(torch.set_default_dtype); the judge measures with functions bound before your import.",
              catalog_row=10),
         Spec("decoy-kernel", "fail", "The candidate's own kernels never ran",
              "Call the kernel you define from forward; remove dead kernels, or submit as a plain PyTorch rewrite.",

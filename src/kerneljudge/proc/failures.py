@@ -33,7 +33,7 @@ def classify(exc: BaseException, *, stage: str, code: str, what: str, source_fil
     where = _where(exc.__traceback__, source_file)
     if isinstance(exc, SystemExit):
         return Classified(Finding.of("candidate-exit", f"{what} called exit({exc.code!r}){where}", stage=stage), False)
-    if _is_oom(exc, said):
+    if is_out_of_memory(exc, said):
         return Classified(Finding.of("out-of-memory", f"{what} ran out of memory{where}: {_clip(said, 400)}",
                                      stage=stage), False)
     if _is_cuda_error(exc, said):
@@ -67,8 +67,11 @@ def _text(exc: BaseException) -> str:
         return f"(its text could not be read: {type(failed).__name__})"
 
 
-def _is_oom(exc: BaseException, text: str) -> bool:
+def is_out_of_memory(exc: BaseException, text: str | None = None) -> bool:
+    """An allocation that failed: Python's, torch's on a device, or the CPU allocator's (a plain RuntimeError)."""
     import torch
+
+    text = _text(exc) if text is None else text
 
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True

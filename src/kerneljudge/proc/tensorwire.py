@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kerneljudge import sealed
-from kerneljudge.proc import deviceshare
+from kerneljudge.proc import deviceshare, failures
 
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -130,15 +130,22 @@ def describe_output(out, export: Export | None = None) -> tuple[dict[str, Any], 
         storageless = bool(t.numel()) and (t.is_meta or _storage_bytes(t) == 0)
         fact = {"exact": exact, "type": f"{type(t).__module__}.{type(t).__qualname__}", "device": str(t.device),
                 "storageless": storageless}
-        uncopyable = None if not exact or storageless else uncopyable_because(t)
-        if exact and not storageless and crossable(t) and uncopyable is None:
-            m, b = pack_tensor(t, export)
-            _add(m, b, blobs)
-            fact.update(m)
+        packed = None
+        if exact and not storageless and crossable(t):
+            try:
+                packed = pack_tensor(t, export)
+            except Exception as error:  # noqa: BLE001 - an allocation that failed, else raised again
+                if not failures.is_out_of_memory(error):
+                    raise
+                # (an `expand`ed view of 2**40 elements, a large one not contiguous): the referee judges it by its
+                # dtype and shape, or says why it could not compare it; not a fault of the judge's own code
+                fact["uncopyable"] = (f"its {t.numel() * t.element_size():,} bytes could not be copied on {t.device}"
+                                      f" ({str(error).strip().splitlines()[0][:160]})")
+        if packed is not None:
+            _add(*packed, blobs)
+            fact.update(packed[0])
         else:
             fact.update(dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
-            if uncopyable:
-                fact["uncopyable"] = uncopyable
         tensors.append(fact)
     return {"kind": kind, "tensors": tensors}, blobs
 
@@ -147,21 +154,6 @@ def crossable(t: torch.Tensor) -> bool:
     """Whether a tensor's values can cross: a dtype of DTYPES and at most MAX_DIMS dimensions. An output that
     cannot is described by its dtype and shape alone, which the referee finds differ from the reference's."""
     return str(t.dtype).removeprefix("torch.") in DTYPES and t.dim() <= MAX_DIMS
-
-
-def uncopyable_because(t: torch.Tensor) -> str | None:
-    """Why a tensor's values cannot be copied out, or None. Only a view whose elements outnumber its storage's (an
-    `expand`ed tensor: 2**40 elements of one stored zero) needs memory of its own to be copied; where its device
-    has none that large, the output is described by its dtype and shape alone (the referee then finds the shape
-    wrong, or says why it could not compare), not failed in the judge's own code."""
-    size = t.numel() * t.element_size()
-    if size <= _storage_bytes(t):
-        return None
-    try:
-        torch.empty(t.numel(), dtype=t.dtype, device=t.device)  # the copy's memory, given back at once
-    except RuntimeError as error:  # (torch.OutOfMemoryError is one): only the allocation can raise here
-        return f"its {size:,} bytes could not be allocated on {t.device} to copy it ({str(error).splitlines()[0][:160]})"
-    return None
 
 
 def _storage_bytes(t: torch.Tensor) -> int:

@@ -11,7 +11,8 @@ add most of the curved ranges not yet covered are chosen greedily. Where a softm
 reads one of the inputs as it is, that input is also shifted by OVERFLOW_SHIFT, which those ops take in their
 stride (their logits relative to the maximum are the same) while a version that does not subtract the maximum
 overflows (exp(100) is past float32's range): the red-team trial of the twenty-third session passed a naive
-softmax, whose inputs the other moves kept under 10. The tolerance of a range probe is relative to the
+softmax, whose inputs the other moves kept under 10. Every input is also scaled by 0.01 (SMALL_INPUTS), where an
+epsilon or a guarded denominator carries weight. The tolerance of a range probe is relative to the
 output's magnitude (README: "Range probes and their tolerance"); where the reference itself overflows or is
 ill-conditioned the probe is skipped and says why.
 """
@@ -214,7 +215,7 @@ def plan(model: torch.nn.Module, args: list, seed: int, clock_ms: Callable[[], f
     for fallback in FALLBACKS:  # nothing curved (or little): the inputs still move off their default draw
         if len(chosen) < MIN_PROBES:
             chosen_if_covered(fallback)
-    if any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args) and SMALL_INPUTS not in chosen:
+    if any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args):
         chosen_if_covered(SMALL_INPUTS)
     for i in sorted(centered_inputs):
         shifted = Transform(f"input:{i}", shift=OVERFLOW_SHIFT)

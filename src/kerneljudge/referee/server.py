@@ -253,8 +253,8 @@ class Referee:
         if isinstance(mutated, str):
             findings.append(Finding.of("tampering", f"the worker's process held inputs of {mutated}: the problem's "
                                        "get_inputs, run there, drew them otherwise than here, so candidate code changed "
-                                       "what it makes (torch.set_default_dtype left set, for one)", stage="check",
-                                       trial=request.index))
+                                       "what it makes (torch.set_default_dtype left set, for one)",
+                                       stage="timing" if request.rule == "timed" else "check", trial=request.index))
         elif mutated:
             timed = request.rule == "timed"
             findings.append(Finding.of("input-mutation", f"{'timed call' if timed else 'trial'} {request.index}: the "

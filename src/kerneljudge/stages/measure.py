@@ -445,8 +445,9 @@ def _watched(timer: RemoteTimer) -> list[Finding]:
     while timed (by its stack, a call count, the phase) is seen there, not by the probes."""
     found = []
     if timer.threads:
-        found.append(Finding.of("thread-spawn", f"while timed: thread(s) {', '.join(timer.threads[:5])} were still "
-                                "running after a timed call returned", stage=STAGE, threads=timer.threads[:20]))
+        found.append(Finding.of("thread-spawn", f"while timed: thread(s) {', '.join(timer.threads[:5])} were left "
+                                "running beside the timed calls (started by one, or found running the candidate's "
+                                "code when timing began)", stage=STAGE, threads=timer.threads[:20]))
     if timer.unjoined:
         found.append(Finding.of("unsynchronized-work", f"while timed: the output of timed call(s) "
                                 f"{', '.join(map(str, timer.unjoined[:5]))}, read in the caller's stream order right "

@@ -123,9 +123,8 @@ def probe_aliasing(j: Judging) -> list[Finding]:
 
 def probe_threads(j: Judging) -> list[Finding]:
     """Row 8: no thread or process started by the call may outlive it, nor a thread started before it (at import,
-    by an earlier call) keep running the candidate's code; native thread growth is a warning (runtimes start pools
-    lazily, so only the Python-visible ones fail, and of those started before the call only those in the
-    candidate's code)."""
+    by an earlier call) run the candidate's code between calls (an idle helper, blocked until a call needs it, may
+    stay); native thread growth is a warning (runtimes start pools lazily, so only the Python-visible ones fail)."""
     drawn = j.draw(_seed(j, "threads"), STAGE, expect=False)
     seen = j.observe("threads", drawn, STAGE)
     threads = protocol.strings(seen.get("threads", []), "threads")
@@ -136,7 +135,7 @@ def probe_threads(j: Judging) -> list[Finding]:
             [f"process(es) {children}"] if children else [])
         started = [f"{' and '.join(what)} started by the call were still running"] if what else []
         running = [f"thread(s) {', '.join(earlier)}, started before this call (at import or by an earlier one), "
-                   "were running the candidate's code"] if earlier else []
+                   "ran the candidate's code with no call in flight"] if earlier else []
         return [Finding.of("thread-spawn", f"after forward returned, {'; '.join(started + running)}", stage=STAGE,
                            threads=threads + earlier)]
     growth = protocol.number(seen.get("native_growth", 0), "native_growth")

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 import torch
 
@@ -25,20 +26,46 @@ from kerneljudge.proc import tensorwire
 from kerneljudge.proc.inputs import equal_bits
 
 
-def running_candidate_code(source_file: str) -> list[str]:
-    """The names of the threads, other than this one, with a frame of the candidate's file on their stack: its
-    code running outside any call of the judge's (a runtime's idle pool thread, a finished executor's worker,
-    show none; a loop the candidate started at some earlier call does)."""
+IDLE_PAUSE_S = 0.05  # how long threads in the candidate's code are watched with no call in flight
+
+
+def running_candidate_code(source_file: str, pause_s: float = IDLE_PAUSE_S,
+                           sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """The names of the threads, other than this one, with a frame of the candidate's file on their stack that used
+    the CPU during a pause of `pause_s` with no call in flight: the candidate's code running outside the calls (a
+    loop started at import or at an earlier call). A helper thread blocked between calls (on a queue, a lock) uses
+    none and is left alone, as are the idle pool threads of runtimes, which hold no frame of the file."""
     names = {t.ident: t.name for t in threading.enumerate()}
-    running = []
+    clocks = {}
     for ident, frame in sys._current_frames().items():
-        if ident == threading.get_ident():
-            continue
         while frame is not None and frame.f_code.co_filename != source_file:
             frame = frame.f_back
-        if frame is not None:
-            running.append(names.get(ident, f"thread {ident}"))
-    return running
+        if frame is not None and ident != threading.get_ident():
+            clocks[ident] = _cpu_clock(ident)
+    if not any(clock is not None for clock in clocks.values()):
+        return []
+    before = {ident: _cpu_ns(clock) for ident, clock in clocks.items()}
+    sleep(pause_s)
+    after = {ident: _cpu_ns(clock) for ident, clock in clocks.items()}
+    return [names.get(ident, f"thread {ident}") for ident in clocks
+            if before[ident] is not None and after[ident] is not None and after[ident] > before[ident]]
+
+
+def _cpu_clock(ident: int) -> int | None:
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except OSError:  # (the thread ended)
+        return None
+
+
+def _cpu_ns(clock: int | None) -> int | None:
+    """The CPU time a thread's clock says, None once the thread has ended."""
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime_ns(clock)
+    except OSError:
+        return None
 
 
 class TimedWatch:
@@ -47,6 +74,7 @@ class TimedWatch:
         self.threads_before = set(threading.enumerate())
         self.count_before = threading.active_count()
         # threads seen alive right after a timed call, not there before timing; or there, running candidate code
+        # with no call in flight (a pause of IDLE_PAUSE_S, once per timing)
         self.threads: list[str] = running_candidate_code(source_file) if source_file else []
         self.chosen: set[int] = set()
         self.reads: dict[int, list[torch.Tensor]] = {}

@@ -1,5 +1,4 @@
 """A zero-stride view claiming 2**40 elements of one stored zero: the wrong shape, whose copy no memory holds."""
-import torch
 import torch.nn as nn
 
 
