@@ -27,6 +27,9 @@ from kerneljudge.proc.inputs import equal_bits
 
 
 IDLE_PAUSE_S = 0.05  # how long threads in the candidate's code are watched with no call in flight
+# first, this long for them to settle: a helper that handed a call its answer reaches its wait again (honest CPU time
+# after the call's return, which the pause must not count)
+SETTLE_S = 0.01
 
 
 def running_candidate_code(source_file: str, pause_s: float = IDLE_PAUSE_S,
@@ -44,6 +47,7 @@ def running_candidate_code(source_file: str, pause_s: float = IDLE_PAUSE_S,
             clocks[ident] = _cpu_clock(ident)
     if not any(clock is not None for clock in clocks.values()):
         return []
+    sleep(SETTLE_S)
     before = {ident: _cpu_ns(clock) for ident, clock in clocks.items()}
     sleep(pause_s)
     after = {ident: _cpu_ns(clock) for ident, clock in clocks.items()}
