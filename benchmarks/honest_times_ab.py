@@ -17,27 +17,8 @@ from pathlib import Path
 from kerneljudge import api
 from kerneljudge.options import Options
 
-SQUARE_PRODUCT = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, A, B):
-        return A @ B
-
-
-N = 1024
-
-
-def get_inputs():
-    return [torch.rand(N, N), torch.rand(N, N)]
-
-
-def get_init_inputs():
-    return []
-"""
 ROOT = Path(__file__).resolve().parent.parent
+SQUARE_PRODUCT = ROOT / "tests" / "square_product.py"
 LEVEL2_51 = "level2/51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd"
 TIMING = {"min_runs": 200, "max_runs": 200, "target_rel_sem": 0.0, "min_time_ms": 0.0, "budget_ms": 1e7,
           "compile_baseline": False}
@@ -49,9 +30,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
-    problem, honest = folder / "problem.py", folder / "honest.py"
-    problem.write_text(SQUARE_PRODUCT)
-    honest.write_text(SQUARE_PRODUCT.replace("class Model", "class ModelNew"))
+    problem, honest = SQUARE_PRODUCT, folder / "honest.py"
+    honest.write_text(SQUARE_PRODUCT.read_text().replace("class Model", "class ModelNew"))
     suite = ROOT / "src" / "kerneljudge" / "suite"
     cases = [("square reference as candidate", problem, honest)] + [
         (f"level2/51 {name}", suite / f"{LEVEL2_51}.py", suite / "solutions" / LEVEL2_51 / f"{name}.py")

@@ -8,6 +8,7 @@ half-written output reads NaN (`output-nonfinite`), never leftover values."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -81,38 +82,17 @@ def test_side_work_that_waits_past_the_watched_wait_is_seen_still_running(on_gpu
     assert not any(f.stage == "probe" for f in result.findings if f.severity == "fail")
 
 
-SQUARE_PRODUCT = """
-import torch
-import torch.nn as nn
+SQUARE_PRODUCT = Path(__file__).parent / "square_product.py"  # a problem: two 1,024 x 1,024 matrices multiplied
 
 
-class Model(nn.Module):
-    def forward(self, A, B):
-        return A @ B
-
-
-N = 1024
-
-
-def get_inputs():
-    return [torch.rand(N, N), torch.rand(N, N)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def test_side_work_waiting_for_the_next_flush_is_in_the_figures_or_fails(on_gpu, tmp_path):
+def test_side_work_waiting_for_the_next_flush_is_in_the_figures_or_fails(on_gpu):
     """flush_window.py: 60% of each timed product on a side stream whose first kernel waits on the device (for a
     watched call's new inputs, else for the caller's part to end), to run beside the judge's L2 flush. The flushes
     occupy the device (proc/occupy.py) and a watched call's inputs are written after its flush: the side part runs
     beside the calls' own work (its time in their events), delays a flush (in the batch's wall time: the
     cross-check), or is still running when a watched call's output is read. Before, its reported time was its
     caller's part alone (docs/benchmarks.md, thirty-fourth session)."""
-    problem = tmp_path / "problem.py"
-    problem.write_text(SQUARE_PRODUCT)
-    result = api.evaluate(problem, GPU / "flush_window.py", on_gpu.replace(timing={**SHORT_TIMING, "baselines": True,
+    result = api.evaluate(SQUARE_PRODUCT, GPU / "flush_window.py", on_gpu.replace(timing={**SHORT_TIMING, "baselines": True,
                                                                                      "compile_baseline": False}))
     verdict, failing = outcome(result)
     print(verdict, sorted(failing), result.timing and result.timing.get("speedup"))

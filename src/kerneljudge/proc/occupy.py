@@ -27,6 +27,27 @@ from kerneljudge.proc import cudadriver
 
 BARRIER_TIMEOUT_NS = 20_000_000  # a barrier that waits this long gives up (20 ms)
 
+
+def _barrier(wait: bytes, done: bytes) -> bytes:
+    """PTX of a barrier's leader part and its end (OCCUPY_PTX's `barrier(n)`): thread 0 (the others have branched to
+    `done`) adds 1 to the counter and loops at `wait` until it reaches `wanted` or BARRIER_TIMEOUT_NS have passed;
+    then the block's threads meet at `done`."""
+    return b"""    atom.global.add.u32 old, [arrived], 1;
+    mov.u64 start, %globaltimer;
+""" + wait + b""":
+    ld.volatile.global.u32 seen, [arrived];
+    sub.s32 ahead, seen, wanted;
+    setp.ge.s32 waiting, ahead, 0;
+    @waiting bra """ + done + b""";
+    mov.u64 now, %globaltimer;
+    sub.u64 elapsed, now, start;
+    setp.lt.u64 waiting, elapsed, """ + str(BARRIER_TIMEOUT_NS).encode() + b""";
+    @waiting bra """ + wait + b""";
+""" + done + b""":
+    bar.sync 0;
+"""
+
+
 # All the blocks first wait at a barrier until every block of the launch is resident (a counter in device memory,
 # `arrivals` the count it reaches then), so a block of the candidate's already resident when the kernel starts runs
 # beside blocks that only wait: its time comes before the judge's work, not beside it. Then `vectors` 16-byte words of
@@ -68,20 +89,7 @@ OCCUPY_PTX = b"""
     setp.eq.u32 leader, tid, 0;
     bar.sync 0;
     @!leader bra entered;
-    atom.global.add.u32 old, [arrived], 1;
-    mov.u64 start, %globaltimer;
-enter:
-    ld.volatile.global.u32 seen, [arrived];
-    sub.s32 ahead, seen, wanted;
-    setp.ge.s32 waiting, ahead, 0;
-    @waiting bra entered;
-    mov.u64 now, %globaltimer;
-    sub.u64 elapsed, now, start;
-    setp.lt.u64 waiting, elapsed, """ + str(BARRIER_TIMEOUT_NS).encode() + b""";
-    @waiting bra enter;
-entered:
-    bar.sync 0;
-    mov.u64 start, %globaltimer;
+""" + _barrier(b"enter", b"entered") + b"""    mov.u64 start, %globaltimer;
     setp.ne.u64 copying, from, 0;
     mov.u32 a, v;
     mov.u32 b, v;
@@ -114,20 +122,7 @@ spun:
     bar.sync 0;
     @!leader bra left;
     add.u32 wanted, wanted, nctaid;
-    atom.global.add.u32 old, [arrived], 1;
-    mov.u64 start, %globaltimer;
-leave:
-    ld.volatile.global.u32 seen, [arrived];
-    sub.s32 ahead, seen, wanted;
-    setp.ge.s32 waiting, ahead, 0;
-    @waiting bra left;
-    mov.u64 now, %globaltimer;
-    sub.u64 elapsed, now, start;
-    setp.lt.u64 waiting, elapsed, """ + str(BARRIER_TIMEOUT_NS).encode() + b""";
-    @waiting bra leave;
-left:
-    bar.sync 0;
-    ret;
+""" + _barrier(b"leave", b"left") + b"""    ret;
 }
 """
 

