@@ -45,12 +45,12 @@ CANDIDATES = Path(__file__).parent / "candidates"
 SEED = "level2/51"  # the seed problem, run with its `small` preset on the CPU
 SHIPPED_CPP = next((Path(__file__).parents[1] / "src" / "kerneljudge" / "suite" / "solutions" / "level1").glob(
     "19_*/cpp.py"))
-# The test files with the most test time first (seconds on the 2-core VM, 2026-12-02: ray 135, integrity 85,
-# isolation 82, sandbox 76, referee 65, batch 54, server 53, memory 41; the rest under 30 each). The README's
-# command hands whole files to its two test processes in collection order (pyproject's --no-loadscope-reorder),
-# so the longest no longer starts last and runs alone at the end: test_ray.py did, 30 s of one idle core.
-SLOW_FILES_FIRST = ("test_ray.py", "test_integrity.py", "test_isolation.py", "test_sandbox.py", "test_referee.py",
-                    "test_batch.py", "test_server.py", "test_memory.py")
+# The test files with the most test time first (seconds of test time beside the suite's other test processes,
+# 2026-12-08: integrity 75, referee 66, ray 65, sandbox 63, isolation 53, batch 45, memory 28, server 24; the
+# rest under 21 each). The README's command hands whole files to its test processes in collection order
+# (pyproject's --no-loadscope-reorder), so the longest does not start last and run alone at the end.
+SLOW_FILES_FIRST = ("test_integrity.py", "test_referee.py", "test_ray.py", "test_sandbox.py", "test_isolation.py",
+                    "test_batch.py", "test_memory.py", "test_server.py")
 
 
 def pytest_collection_modifyitems(items: list) -> None:

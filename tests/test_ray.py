@@ -3,9 +3,9 @@ per node, the judge on the CPU, timing off. The batch scheduler gives the same v
 on it as on the local backend; a candidate that kills its judge, a judge killed from outside and a node
 killed mid-run lose nothing and record nothing twice; the reward service scores with backpressure.
 
-The module runs about 16 real evaluations (a worker and a referee each, the slow ones sleeping 4 s at
-import) and starts a 3-node cluster once: 113 s alone on the 2-core development machine, 134 s beside the
-suite's other test process; each test's candidates are the fewest that show its fault."""
+The module runs about 16 real evaluations (a worker and a referee each, the slow ones waiting at import
+until their test's fault is made) and starts a 3-node cluster once; each test's candidates are the fewest
+that show its fault."""
 
 from __future__ import annotations
 
@@ -58,14 +58,19 @@ def options(fast):
 @pytest.fixture
 def slow(tmp_path):
     """Correct candidates (distinct files) that, when imported, say so (a file in a folder the options make
-    writable for the worker) and take 4 s more: long enough to lose a judge or a node once they said so."""
+    writable for the worker) and wait there until the test releases them (a file `go` in that folder; two
+    minutes at most): a judge or a node is lost while they wait, and a candidate judged again after the release
+    goes on at once, so no test sleeps longer than its fault takes."""
     said = tmp_path / "started"
     said.mkdir()
+    go = said / "go"
 
     class Slow:
         def __call__(self, index: int = 0) -> Path:
             path = tmp_path / f"slow_correct_{index}.py"
-            path.write_text(f"import time\nopen({str(said / str(index))!r}, 'w').close()\ntime.sleep(4)\n"
+            path.write_text(f"import time\nfrom pathlib import Path\n\nopen({str(said / str(index))!r}, 'w').close()\n"
+                            f"_waited = time.monotonic() + 120\nwhile not Path({str(go)!r}).exists() and "
+                            f"time.monotonic() < _waited:\n    time.sleep(0.02)\n\n"
                             + (CANDIDATES / "core/correct.py").read_text())
             return path
 
@@ -74,9 +79,12 @@ def slow(tmp_path):
 
         def wait_started(self, count: int) -> None:
             deadline = time.monotonic() + 120
-            while len(list(said.iterdir())) < count:
+            while len([path for path in said.iterdir() if path != go]) < count:
                 assert time.monotonic() < deadline, "the slow candidates never started"
                 time.sleep(0.05)
+
+        def release(self) -> None:
+            go.touch()
 
     return Slow()
 
@@ -144,6 +152,7 @@ def test_a_judge_killed_mid_evaluation_is_replaced_and_nothing_is_lost(cluster, 
             pids = [info["pid"] for info in pool.where.values()]
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
+            slow.release()
             result = future.result(timeout=120)
         assert result.verdict == "pass", _codes(result)
         assert result.device["node"]["pid"] not in pids  # judged by a restarted actor
@@ -185,13 +194,14 @@ def test_a_node_killed_mid_run_loses_nothing_and_records_nothing_twice(cluster, 
         running.start()
         slow.wait_started(2)  # two judged at once, one on each node
         cluster_.remove_node(nodes[0], allow_graceful=False)
+        slow.release()
         running.join(timeout=180)
         assert not running.is_alive()
     finally:
         backend.close()
     assert sorted(f.job.id for f in finished) == sorted(j.id for j in jobs)  # every candidate, once
     assert all(f.result.verdict == "pass" for f in finished), [_codes(f.result) for f in finished]
-    # each slow candidate outlives the kill, so the one that was on the lost node was judged again
+    # each slow candidate waited past the kill, so the one that was on the lost node was judged again
     assert {f.result.device["node"]["node_id"] for f in finished} == {nodes[1].node_id}
     rows = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT run_id FROM results").fetchall()
     assert rows == [("node-kill",)] * 3

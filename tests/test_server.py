@@ -163,7 +163,7 @@ def test_bad_requests_and_a_busy_server(kj, server, tmp_path):
     env = {**os.environ, "KERNELJUDGE_SOCKET": str(socket_path), "KERNELJUDGE_STORE": str(tmp_path / "r.sqlite"),
            "KERNELJUDGE_SANDBOX_OFF": "mount"}  # the client's options: hang.py writes outside its folder
     slow = subprocess.Popen([sys.executable, "-m", "kerneljudge", "check", SEED, str(CANDIDATES / "isolation" / "hang.py"),
-                             "--device", "cpu", "--timeout", "10", "--json"], env=env, stdout=subprocess.PIPE, text=True)
+                             "--device", "cpu", "--timeout", "5", "--json"], env=env, stdout=subprocess.PIPE, text=True)
     spinning, deadline = folder / "hang.pids", time.monotonic() + 60
     while not spinning.exists():  # the server is running it once its worker spins (a fixed sleep races a busy machine)
         assert slow.poll() is None and time.monotonic() < deadline, "the server never ran hang.py"
