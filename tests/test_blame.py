@@ -27,14 +27,16 @@ def _not_blamed_on_others(result) -> list[str]:
                   and code not in ("problem-degenerate", "problem-lint-skipped"))  # (the problem's lint, info/warn)
 
 
-@pytest.mark.parametrize("name", ["forged_reply", "state_dict_raises", "subclass_output"])
-def test_a_fault_the_worker_reports_for_the_judge_or_the_problem_is_the_candidates(fast, name):
+@pytest.mark.parametrize("name, code", [("forged_reply", "worker-fault"), ("state_dict_raises", "worker-fault"),
+                                        ("subclass_output", "forward-error")])
+def test_a_fault_the_worker_reports_for_the_judge_or_the_problem_is_the_candidates(fast, name, code):
     """A reply forged through the worker's channel (`problem-error`), an override of `state_dict` the worker's
     own code called, an output whose methods fail in the worker's description of it: each was reported as the
     problem's or the judge's fault. The judge reads every worker reply after the candidate's import as the
-    candidate's: `worker-fault`, the candidate's error."""
+    candidate's: `worker-fault`, the candidate's error; an output's own code raising as the worker reads it
+    is the forward's error, named where it raised (QA 36)."""
     result = evaluate(SEED, BLAME / f"{name}.py", fast)
-    assert result.verdict == "error" and "worker-fault" in codes(result), [(f.code, f.message) for f in result.findings]
+    assert result.verdict == "error" and code in codes(result), [(f.code, f.message) for f in result.findings]
     assert _not_blamed_on_others(result) == [], _not_blamed_on_others(result)
 
 

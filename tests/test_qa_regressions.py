@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, SEED, codes
-from kerneljudge import api
+from kerneljudge import api, isolation
 from kerneljudge.stages import measure
 
 QA = CANDIDATES / "qa"
@@ -231,3 +231,76 @@ def test_a_very_slow_candidates_speedup_keeps_its_significant_figures(fast):
     assert speedup == pytest.approx(baseline_ms / result.timing["candidate"]["median_ms"], rel=1e-3)
     noisy = [f.message for f in result.findings if f.code == "timing-noisy" and "baseline" not in f.message]
     assert noisy and "1 run only, no spread known" in noisy[0], noisy
+
+
+# --- QA 36 (a new user's candidates, 2026-12-08) ----------------------------------------------------------------
+
+
+@pytest.fixture
+def short_patience(monkeypatch):
+    """The judge looks at a busy process for 2.5 s, not 10 (the helper's warm-up below takes 1 s)."""
+    monkeypatch.setattr(isolation, "STRAY_PATIENCE_S", 2.5)
+
+
+@pytest.mark.parametrize("off", [(), ("pid",)], ids=["pid-namespace", "without-pid-namespace"])
+def test_a_detached_process_busy_between_calls_is_seen_by_the_judge(fast, short_patience, off):
+    """A process detached twice (out of the worker's session and tree) at the first call passed: the worker's
+    probe counted only its own children started by the probe's call. The judge lists what is below the sandbox's
+    launcher itself; a helper process that warms up for a second, then waits on a pipe, passes, with or without
+    a PID namespace."""
+    options = fast.replace(worker={"sandbox_off": off})
+    result = api.check(RELU, QA / "process_detached_busy.py", options)
+    spawned = [f.message for f in result.findings if f.code == "thread-spawn"]
+    assert result.verdict == "fail" and spawned, [f.message for f in result.findings]
+    assert "1 process(es) the candidate started" in spawned[0], spawned
+    honest = api.check(RELU, QA / "process_idle_helper.py", options)
+    assert honest.verdict == "pass", [f.message for f in honest.findings if f.severity in ("fail", "error")]
+
+
+def test_a_busy_process_the_probes_never_saw_is_seen_after_the_timing(fast, short_patience):
+    timing = {**CUT_SHORT, "baselines": False, "budget_ms": 20.0}
+    result = api.evaluate(RELU, QA / "process_detached_busy.py", fast.replace(timing=timing), probes=False)
+    timed = [f.message for f in result.findings if f.code == "thread-spawn" and f.stage == "timing"]
+    assert result.verdict == "fail" and timed and "after the timing" in timed[0], \
+        [(f.code, f.stage, f.message) for f in result.findings]
+
+
+def test_a_claim_the_judges_clock_confirms_only_roughly_is_said_with_what_it_does_confirm(fast):
+    """A candidate that rewrote the worker timer's start through its stack claimed 17x on a 1.8 ms call and
+    passed: on a CPU the cross-check's tolerance is larger than such a call. The report now says how much the
+    judge's own clock confirms; a call long against the tolerance (0.3 s) gets no such finding."""
+    timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "min_runs": 20, "max_runs": 20,
+              "budget_ms": 1e6}
+    result = api.evaluate(RELU, QA / "shaves_timer_start.py", fast.replace(timing=timing), probes=False)
+    rough = [f for f in result.findings if f.code == "timing-unconfirmed"]
+    assert rough and rough[0].severity == "warn", [(f.code, f.message) for f in result.findings]
+    median_ms = result.timing["candidate"]["median_ms"]
+    assert rough[0].details["longest_ms"] >= median_ms + rough[0].details["tolerance_ms"]
+    assert "the speedup against eager is at least" in rough[0].message
+    slow = api.evaluate(RELU, QA / "slow_sleep.py", fast.replace(timing={**timing, "min_runs": 3, "max_runs": 3}),
+                        probes=False)
+    assert slow.verdict == "pass" and "timing-unconfirmed" not in codes(slow), [f.message for f in slow.findings]
+
+
+def test_a_batchs_unparsable_candidate_is_keyed_by_its_content_so_a_fixed_one_is_judged_again(tmp_path):
+    """`kerneljudge run` keyed a file with a syntax error as "unreadable:PATH": once fixed, its rerun was taken
+    for done (the key of a done pair) and skipped."""
+    from kerneljudge.batch.discover import Setting, entries_to_jobs
+    from kerneljudge.options import Options
+
+    setting = Setting(Options(device="cpu"), "cpu", "cpu-test")
+    broken = tmp_path / "sample.py"
+    broken.write_text("class ModelNew(:\n")
+    before = entries_to_jobs([{"problem": RELU, "solution": str(broken)}], setting)[0]
+    broken.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        return torch.relu(x)\n")
+    after = entries_to_jobs([{"problem": RELU, "solution": str(broken)}], setting)[0]
+    assert not before.sha256.startswith("unreadable:") and len(before.sha256) == 64
+    assert before.key != after.key and before.sha256 != after.sha256
+
+
+def test_an_output_whose_own_code_raises_when_read_is_the_candidates_error(fast):
+    result = api.check(RELU, QA / "subclass_output_raises.py", fast, probes=False)
+    errors = [f.message for f in result.findings if f.code == "forward-error"]
+    assert result.verdict == "error" and "worker-fault" not in codes(result), [f.message for f in result.findings]
+    assert errors and "subclass_output_raises.py:20 in __torch_function__" in errors[0], errors

@@ -41,8 +41,20 @@ def load_candidate(path: str | Path) -> Candidate:
         line = (exc.text or "").rstrip()
         raise CandidateError(f"{path.name} is not valid Python: line {exc.lineno}: {exc.msg}"
                              + (f"\n    {line}" if line else "")) from exc
-    return Candidate(path=path.resolve(), source=source, sha256=hashlib.sha256(source.encode()).hexdigest(),
-                     kinds=_kinds(tree))
+    return Candidate(path=path.resolve(), source=source, sha256=_digest(source), kinds=_kinds(tree))
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """The sha256 a Candidate of this file has (of its source), also where it does not parse, or None where it
+    cannot be read: a batch keys a broken file by its content, so once fixed it is judged again."""
+    try:
+        return _digest(sourcefile.read(Path(path).expanduser()))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return None
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def _kinds(tree: ast.Module) -> tuple[str, ...]:

@@ -66,7 +66,9 @@ COMMON_OPTIONS = (
     click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=_CACHE_DIR_HELP),
     click.option("--arch", default=None, help="CUDA arch list for builds, e.g. 9.0 (default: the GPU's)."),
     click.option("--no-store", is_flag=True, help="Do not record the result in the results store."),
-    click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="JSON on stdout instead of the report: one object (`run`: one line per candidate, then a "
+                      "summary line)."),
     click.option("--no-server", is_flag=True,
                  help="Evaluate in this process even when `kerneljudge serve` is running."),
 )

@@ -158,6 +158,9 @@ def _specs() -> dict[str, Spec]:
              "Do not start native threads (std::thread, OpenMP pools of your own) that outlive the call."),
         Spec("timing-noisy", "warn", "Timing did not reach its precision target within the budget",
              "Raise --budget-ms, or run on a quieter machine; the figures are less certain than usual."),
+        Spec("timing-unconfirmed", "warn", "The judge's clock confirms the claimed time only roughly",
+             "The speedup shown is the worker's measurement, checked only to the tolerance given; time larger sizes "
+             "(longer calls) or on a GPU, where the judge's check is finer, for a figure it vouches for."),
         Spec("timing-skewed", "warn", "The calls of a timed batch took very different times; their means are reported",
              "Do each call's whole work in that call: work done ahead for later calls is counted with them."),
         Spec("baseline-disagrees", "warn", "The reference's time now disagrees with the baseline a batch lane kept",
@@ -169,7 +172,8 @@ def _specs() -> dict[str, Spec]:
         Spec("pytorch-rewrite", "info", "A pure PyTorch rewrite (no custom kernel)",
              "Allowed: the result is labelled as a PyTorch rewrite."),
         Spec("preset-used", "info", "A size preset or overrides were applied",
-             "Pass --preset/--set to choose sizes; full sizes need a GPU for built-in problems."),
+             "Verdict and times hold for these sizes; leave out --preset/--set for the problem's own (a "
+             "built-in problem on a CPU takes its small preset unless one is chosen)."),
         Spec("candidate-constants", "info", "The candidate's own size constants were set to the run's sizes",
              "Nothing to fix: a module-level constant named like one of the problem's (batch_size) gets the "
              "value --set/--preset gave the problem; read sizes from the inputs to need no such help."),

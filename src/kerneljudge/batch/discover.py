@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from kerneljudge import suite
 from kerneljudge.batch.backend import Job
 from kerneljudge.batch.keys import job_key
-from kerneljudge.candidate import load_candidate
+from kerneljudge.candidate import file_sha256, load_candidate
 from kerneljudge.errors import CandidateError, KernelJudgeError, UsageError
 from kerneljudge.options import Options, Verb
 from kerneljudge.pipeline import resolve_solution
@@ -161,8 +161,8 @@ def _job(job_id: str, problem: Problem, solution: Path, options: Options, settin
     try:
         candidate = load_candidate(solution)
         sha256, kinds = candidate.sha256, candidate.kinds
-    except (CandidateError, KernelJudgeError):
-        sha256, kinds = "unreadable:" + str(solution), ()
+    except (CandidateError, KernelJudgeError):  # keyed by its content where it has one (a fixed file is new)
+        sha256, kinds = file_sha256(solution) or "unreadable:" + str(solution), ()
     options = options.replace(store_path=None)
     return Job(id=job_id, problem=str(problem.path), solution=Path(solution).resolve(), options=options,
                key=job_key(problem, sha256, options, setting.hardware, setting.verb), verb=setting.verb,

@@ -443,6 +443,32 @@ def session_tasks(session_id: int) -> list[int]:
     return found
 
 
+def strays(launcher: int, pid_namespace: bool) -> list[int]:
+    """The live processes below the sandbox launcher `launcher` but its own chain to the worker (its first
+    child, and with a PID namespace that init's first child: the worker): what the worker's code started,
+    however it detached (an orphan comes back to the launcher, a subreaper, or to the namespace's init, never
+    out from under them). From one /proc scan; the judge's own view, nothing the worker reports."""
+    table = {}  # pid -> (parent pid, start time in ticks)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields is not None and fields[0] not in ("Z", "X"):
+                table[int(entry)] = (int(fields[1]), int(fields[19]))
+    below, frontier = set(), [launcher]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in table.items() if ppid == parent and pid not in below]
+        below.update(children)
+        frontier.extend(children)
+    chain = [launcher]
+    for _ in range(2 if pid_namespace else 1):
+        first = [pid for pid in below if table[pid][0] == chain[-1]]
+        if not first:
+            break
+        chain.append(min(first, key=lambda pid: table[pid][1]))
+    return sorted(below - set(chain))
+
+
 def _stat(pid: int, thread: str | None = None) -> list[str] | None:
     """The fields of /proc/PID/stat (or of one thread's, /proc/PID/task/THREAD/stat) after the command's name
     (state first), or None for a process or thread gone."""

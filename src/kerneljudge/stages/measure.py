@@ -30,6 +30,7 @@ STAGE = "timing"
 BASELINES = "baselines"  # the reference's stage, before the candidate is loaded (`run_baselines`)
 IMPOSSIBLE_FRACTION = 0.5  # a time under half the memory floor cannot be honest
 NOISY_FACTOR = 4  # warn when the SEM ends this many times above its target
+UNCONFIRMED_SHARE = 0.5  # warn when the cross-check's tolerance is this share of the claimed time or more
 # Which measured calls' outputs are checked (CheckSchedule): drawn call by call, about the same number expected in
 # each doubling span of the calls, and never fewer than this many per span (a replay of the later half of a long
 # timing meets about that many checks)
@@ -437,6 +438,10 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
         j.findings.append(Finding.of(code, f"the {model} timing's reply was malformed: {exc}", stage=stage))
         raise StageEnded() from None
     j.findings.extend(_watched(timer))
+    if process is j.worker and j.worker.busy_strays():
+        j.findings.append(Finding.of("thread-spawn", "after the timing: process(es) the candidate started (at import "
+                                     "or in a call, however detached) used CPU time with no call in flight",
+                                     stage=STAGE))
     return measured, timer, checked["n"], None
 
 
@@ -617,6 +622,7 @@ def run_timing(j: Judging, problem_key: str, device_key: str, clock_ms: Callable
             f"{stats.median_ms:.4g} ms: the turns' times are reported", stage=STAGE))
         stats = turns
     _warn_if_noisy(j, "", stats.rel_sem, stats.n, candidate.stop_reason, STAGE)
+    _warn_if_unconfirmed(j, slack, stats.median_ms, baselines.eager_ms)
     block = Timing(_method(j.device, opts), timer.batch if timer.batch > 1 else opts.input_sets, candidate, checked,
                    slack, baselines.figures, baselines.cached,
                    samples_are="calls" if candidate is per_call else "batch means",
@@ -661,6 +667,23 @@ def _warn_if_noisy(j: Judging, what: str, rel_sem: float, n, why: str | None, st
         spread = f"relative SEM {100 * rel_sem:.2g}% after {n} runs" if math.isfinite(rel_sem) else \
             f"{n} run{'s' * (n != 1)} only, no spread known"
         j.findings.append(Finding.of("timing-noisy", f"{what}{spread}" + (f" ({why})" if why else ""), stage=stage))
+
+
+def _warn_if_unconfirmed(j: Judging, slack: dict, median_ms: float, eager_ms: float | None) -> None:
+    """`timing-unconfirmed` where the judge's own clock vouches for the claimed time per call only to within a
+    tolerance as large as a good share of it (a short call on a CPU, where the cache flush between calls is
+    noisy): time hidden from the worker's claims below the tolerance passes unseen (QA 36: a candidate that
+    rewrote the worker timer's start from its stack claimed 17x on a 1.8 ms call), so the report says how much
+    the judge's clock alone confirms. Where no cross-check ran, there is nothing to say."""
+    tolerance = slack.get("tolerance_ms")
+    if tolerance is None or tolerance < UNCONFIRMED_SHARE * median_ms:
+        return
+    longest_ms = median_ms + max(slack.get("excess_ms") or 0.0, 0.0) + tolerance
+    floor = f"; by that clock the speedup against eager is at least {eager_ms / longest_ms:.4g}x" if eager_ms else ""
+    j.findings.append(Finding.of(
+        "timing-unconfirmed", f"the judge's own clock confirms the claimed {median_ms:.4g} ms per call only to within "
+        f"{tolerance:.3g} ms (the cross-check's tolerance on this machine){floor}", stage=STAGE,
+        tolerance_ms=round(tolerance, 6), longest_ms=round(longest_ms, 6)))
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import psutil
@@ -111,10 +112,26 @@ class Worker:
                 raise ValueError(f"the worker does not answer {request.op!r}")
             reply, blobs = handler(request, message.get("_blobs") or [])
         except Exception as exc:  # noqa: BLE001 - a bug of ours must come back as data, not kill the channel
-            detail = "".join(traceback.format_exception(exc)[-6:])
-            reply, blobs = _reply([Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}",
-                                              stage=str(op))])
+            reading = self._output_code_raised(exc)
+            if reading is not None:
+                finding = Finding.of("forward-error", f"reading what ModelNew.forward returned ran the candidate's own "
+                                     f"code ({reading}), which raised {type(exc).__name__}: {str(exc)[:300]} (return "
+                                     "a plain torch.Tensor)", stage=str(op))
+            else:
+                detail = "".join(traceback.format_exception(exc)[-6:])
+                finding = Finding.of("judge-error", f"{op}: {type(exc).__name__}: {exc}\n{detail}", stage=str(op))
+            reply, blobs = _reply([finding])
         return reply, blobs
+
+    def _output_code_raised(self, exc: Exception) -> str | None:
+        """Where the candidate's code raised while the worker read an output (a tensor subclass's
+        __torch_function__, say: "file:line in name"), or None. Such an output is no plain tensor: the error is
+        the candidate's, as if forward had raised, not a fault of the worker's."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        if self.session is None or not any(f.filename == tensorwire.__file__ for f in frames):
+            return None
+        own = [f for f in frames if f.filename == self._source()]
+        return f"{Path(own[-1].filename).name}:{own[-1].lineno} in {own[-1].name}" if own else None
 
     def _source(self) -> str:
         return self.session.loaded.candidate.__file__
