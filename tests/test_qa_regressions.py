@@ -6,6 +6,7 @@ timing is the point) and asserts what a user must see.
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -238,23 +239,35 @@ def test_a_very_slow_candidates_speedup_keeps_its_significant_figures(fast):
 
 @pytest.fixture
 def short_patience(monkeypatch):
-    """The judge looks at a busy process for 2.5 s, not 10 (the helper's warm-up below takes 1 s)."""
+    """The judge looks at busy processes for 2.5 s, not 15 (the honest helper's warm-up below takes 1 s)."""
     monkeypatch.setattr(isolation, "STRAY_PATIENCE_S", 2.5)
 
 
-@pytest.mark.parametrize("off", [(), ("pid",)], ids=["pid-namespace", "without-pid-namespace"])
-def test_a_detached_process_busy_between_calls_is_seen_by_the_judge(fast, short_patience, off):
+def _form(tmp_path: Path, form: str) -> Path:
+    """process_detached_busy.py, hiding from the judge's look as FORM says."""
+    copy = tmp_path / f"process_detached_{form}.py"
+    copy.write_text((QA / "process_detached_busy.py").read_text().replace('FORM = "spin"', f'FORM = "{form}"'))
+    return copy
+
+
+@pytest.mark.parametrize("form, off", [("spin", ()), ("spin", ("pid",)), ("duty", ()), ("relay", ()),
+                                       pytest.param("zombie", (), marks=pytest.mark.skipif(
+                                           platform.machine() != "x86_64", reason="SYS_exit's number is x86-64's"))],
+                         ids=["pid-namespace", "without-pid-namespace", "duty", "relay", "zombie"])
+def test_a_detached_process_busy_between_calls_is_seen_by_the_judge(fast, short_patience, tmp_path, form, off):
     """A process detached twice (out of the worker's session and tree) at the first call passed: the worker's
-    probe counted only its own children started by the probe's call. The judge lists what is below the sandbox's
-    launcher itself; a helper process that warms up for a second, then waits on a pipe, passes, with or without
-    a PID namespace."""
+    probe counted only its own children started by the probe's call. The judge measures what is below the
+    sandbox's launcher itself, however it hides (a review's forms: resting 0.3 s a second, a relay of
+    short-lived children, a main thread exited alone); a helper process that warms up for a second, then waits
+    on a pipe, passes, with or without a PID namespace."""
     options = fast.replace(worker={"sandbox_off": off})
-    result = api.check(RELU, QA / "process_detached_busy.py", options)
+    result = api.check(RELU, _form(tmp_path, form), options)
     spawned = [f.message for f in result.findings if f.code == "thread-spawn"]
     assert result.verdict == "fail" and spawned, [f.message for f in result.findings]
-    assert "1 process(es) the candidate started" in spawned[0], spawned
-    honest = api.check(RELU, QA / "process_idle_helper.py", options)
-    assert honest.verdict == "pass", [f.message for f in honest.findings if f.severity in ("fail", "error")]
+    assert "process(es) the candidate started" in spawned[0] and "ms of CPU time in 1 s" in spawned[0], spawned
+    if form == "spin":
+        honest = api.check(RELU, QA / "process_idle_helper.py", options)
+        assert honest.verdict == "pass", [f.message for f in honest.findings if f.severity in ("fail", "error")]
 
 
 def test_a_busy_process_the_probes_never_saw_is_seen_after_the_timing(fast, short_patience):
@@ -265,21 +278,23 @@ def test_a_busy_process_the_probes_never_saw_is_seen_after_the_timing(fast, shor
         [(f.code, f.stage, f.message) for f in result.findings]
 
 
-def test_a_claim_the_judges_clock_confirms_only_roughly_is_said_with_what_it_does_confirm(fast):
+def test_a_claim_shaved_within_the_machines_noise_is_said_with_what_the_judges_clock_saw(fast):
     """A candidate that rewrote the worker timer's start through its stack claimed 17x on a 1.8 ms call and
-    passed: on a CPU the cross-check's tolerance is larger than such a call. The report now says how much the
-    judge's own clock confirms; a call long against the tolerance (0.3 s) gets no such finding."""
+    passed: on a CPU the cross-check's tolerance is larger than such a call. A claim shaved so never stands
+    silently now: `timing-tampering` past the tolerance, `timing-unconfirmed` (a warning, with the judge's own
+    time) within it; a long honest call (0.3 s) gets neither."""
     timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "min_runs": 20, "max_runs": 20,
               "budget_ms": 1e6}
     result = api.evaluate(RELU, QA / "shaves_timer_start.py", fast.replace(timing=timing), probes=False)
-    rough = [f for f in result.findings if f.code == "timing-unconfirmed"]
-    assert rough and rough[0].severity == "warn", [(f.code, f.message) for f in result.findings]
-    median_ms = result.timing["candidate"]["median_ms"]
-    assert rough[0].details["longest_ms"] >= median_ms + rough[0].details["tolerance_ms"]
-    assert "the speedup against eager is at least" in rough[0].message
+    said = [f for f in result.findings if f.code in ("timing-unconfirmed", "timing-tampering")]
+    assert said, [(f.code, f.message) for f in result.findings]
+    if said[0].code == "timing-unconfirmed":
+        median_ms = result.timing["candidate"]["median_ms"]
+        assert said[0].details["seen_ms"] >= 1.5 * median_ms and "by that clock the speedup" in said[0].message
     slow = api.evaluate(RELU, QA / "slow_sleep.py", fast.replace(timing={**timing, "min_runs": 3, "max_runs": 3}),
                         probes=False)
-    assert slow.verdict == "pass" and "timing-unconfirmed" not in codes(slow), [f.message for f in slow.findings]
+    assert slow.verdict == "pass" and not {"timing-unconfirmed", "timing-tampering"} & codes(slow), \
+        [f.message for f in slow.findings]
 
 
 def test_a_batchs_unparsable_candidate_is_keyed_by_its_content_so_a_fixed_one_is_judged_again(tmp_path):
@@ -304,3 +319,9 @@ def test_an_output_whose_own_code_raises_when_read_is_the_candidates_error(fast)
     errors = [f.message for f in result.findings if f.code == "forward-error"]
     assert result.verdict == "error" and "worker-fault" not in codes(result), [f.message for f in result.findings]
     assert errors and "subclass_output_raises.py:20 in __torch_function__" in errors[0], errors
+
+
+def test_operators_torch_defines_while_the_candidate_imports_are_not_its_kernels(fast):
+    result = api.check(RELU, QA / "imports_inductor_config.py", fast)
+    assert result.verdict == "pass" and "pytorch-rewrite" in codes(result), \
+        [(f.code, f.message) for f in result.findings if f.severity in ("fail", "error")]

@@ -158,9 +158,9 @@ def _specs() -> dict[str, Spec]:
              "Do not start native threads (std::thread, OpenMP pools of your own) that outlive the call."),
         Spec("timing-noisy", "warn", "Timing did not reach its precision target within the budget",
              "Raise --budget-ms, or run on a quieter machine; the figures are less certain than usual."),
-        Spec("timing-unconfirmed", "warn", "The judge's clock confirms the claimed time only roughly",
-             "The speedup shown is the worker's measurement, checked only to the tolerance given; time larger sizes "
-             "(longer calls) or on a GPU, where the judge's check is finer, for a figure it vouches for."),
+        Spec("timing-unconfirmed", "warn", "The judge's clock saw more time per call than the claims explain",
+             "The speedup shown is the worker's measurement; the message gives the judge's own. Larger sizes "
+             "(longer calls against the machine's noise) let the judge check the claims more finely."),
         Spec("timing-skewed", "warn", "The calls of a timed batch took very different times; their means are reported",
              "Do each call's whole work in that call: work done ahead for later calls is counted with them."),
         Spec("baseline-disagrees", "warn", "The reference's time now disagrees with the baseline a batch lane kept",

@@ -54,10 +54,10 @@ KILL_GRACE_S = 5  # for the sandbox launcher to kill and reap the worker's proce
 # for a process's end to be reported after SIGKILL: a spare referee's never was once (the test suite under load on
 # the 2-core VM, test_batch's pool closing), and the judge waited for it forever; it is left to its lifeline then
 KILL_REAP_S = 30
-# how long the judge watches the processes the worker's code started for CPU time with no call in flight (a
-# process busy 20% of it is 2 clock ticks of 10 ms, over busy_strays' tick of slack), and for how long it looks
-# again at one found busy before it is called so (a start-up's few seconds pass)
-STRAY_PAUSE_S, STRAY_PATIENCE_S = 0.1, 10.0
+# the processes the worker's code started, watched for CPU time with no call in flight (stray_cpu_ms): a window,
+# the ticks (10 ms each) that are still quiet in one (5% of a core), and how long the threads probe looks again
+# at busy ones before they are called so (an honest start-up's few seconds pass; after the timing, one window)
+STRAY_WINDOW_S, STRAY_QUIET_TICKS, STRAY_PATIENCE_S = 1.0, 5, 15.0
 
 class WorkerFailure(Exception):
     """The worker could not answer: it timed out, crashed or exited. `finding` says which."""
@@ -273,27 +273,27 @@ class WorkerProcess:
             sandbox.thaw(stopped)
             self.extend_deadline(self.clock() - started)
 
-    def busy_strays(self) -> list[int]:
-        """The processes the worker's code started (sandbox.strays: however they detached) that kept using CPU
-        time with no call in flight: candidate code running between the calls. Each look is STRAY_PAUSE_S long;
-        one busy is looked at again until STRAY_PATIENCE_S is over, so a start-up that ends (torch.compile's
-        compile workers import torch for ~4 s of CPU) passes, as does a process left idle (a pool waiting for
-        work). With none started there is no pause. Linux only."""
+    def stray_cpu_ms(self, patience_s: float) -> float:
+        """CPU time the processes the worker's code started (sandbox.stray_ticks: however they detached, and the
+        children they reaped) used over STRAY_WINDOW_S with no call in flight, or 0.0 where at most
+        STRAY_QUIET_TICKS: candidate code running between the calls. A busy window is followed by another until
+        one is quiet or `patience_s` is over, so a start-up that ends (torch.compile's compile workers import
+        torch for 5-8 s of CPU) passes, as does a process left idle (a pool waiting for work); a process that
+        only rests now and then is busy in every window. With none started there is no wait. Linux only."""
         if self.process is None or self.dead or not sys.platform.startswith("linux"):
-            return []
+            return 0.0
         pid_namespace = self.sandbox is not None and "pid" in self.sandbox.active
-        patience_ends = self.clock() + STRAY_PATIENCE_S
+        patience_ends = self.clock() + patience_s
         while True:
-            found = sandbox.strays(self.process.pid, pid_namespace)
-            if not found:
-                return []
-            before = sandbox.cpu_ticks(found)
-            time.sleep(STRAY_PAUSE_S)
-            after = sandbox.cpu_ticks(list(before))
-            busy = sorted(pid for pid, ticks in after.items() if ticks > before[pid] + 1)  # a tick of slack, as frozen()
-            if not busy or self.clock() >= patience_ends:
-                return busy
-            time.sleep(STRAY_PAUSE_S)
+            before, strays = sandbox.stray_ticks(self.process.pid, pid_namespace)
+            if not strays:
+                return 0.0
+            time.sleep(STRAY_WINDOW_S)
+            used = sandbox.stray_ticks(self.process.pid, pid_namespace)[0] - before
+            if used <= STRAY_QUIET_TICKS:
+                return 0.0
+            if self.clock() >= patience_ends:
+                return used * 1e3 / os.sysconf("SC_CLK_TCK")
 
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""

@@ -443,30 +443,37 @@ def session_tasks(session_id: int) -> list[int]:
     return found
 
 
-def strays(launcher: int, pid_namespace: bool) -> list[int]:
-    """The live processes below the sandbox launcher `launcher` but its own chain to the worker (its first
-    child, and with a PID namespace that init's first child: the worker): what the worker's code started,
-    however it detached (an orphan comes back to the launcher, a subreaper, or to the namespace's init, never
-    out from under them). From one /proc scan; the judge's own view, nothing the worker reports."""
-    table = {}  # pid -> (parent pid, start time in ticks)
+def stray_ticks(launcher: int, pid_namespace: bool) -> tuple[int, int]:
+    """(CPU ticks, processes): what the processes below the sandbox launcher `launcher` but its own chain to the
+    worker (its first child, and with a PID namespace that init's first child: the worker) have used so far, and
+    how many there are. What the worker's code started, however it detached: an orphan comes back to the
+    launcher, a subreaper, or to the namespace's init, never out from under them. Counted: each such process's
+    own time (a process whose main thread exited alone shows Z and runs on in its other threads: kept), and
+    the time every process below the launcher, the worker and init included, booked of children it reaped (a
+    relay of short-lived children is seen in whoever waits for them). From one /proc scan: the judge's own view,
+    nothing the worker reports."""
+    table = {}  # pid -> stat fields after the name
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat(int(entry))
-            if fields is not None and fields[0] not in ("Z", "X"):
-                table[int(entry)] = (int(fields[1]), int(fields[19]))
+            if fields is not None and fields[0] != "X":
+                table[int(entry)] = fields
     below, frontier = set(), [launcher]
     while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, (ppid, _) in table.items() if ppid == parent and pid not in below]
+        parent = str(frontier.pop())
+        children = [pid for pid, fields in table.items() if fields[1] == parent and pid not in below]
         below.update(children)
         frontier.extend(children)
     chain = [launcher]
     for _ in range(2 if pid_namespace else 1):
-        first = [pid for pid in below if table[pid][0] == chain[-1]]
+        first = [pid for pid in below if int(table[pid][1]) == chain[-1]]
         if not first:
             break
-        chain.append(min(first, key=lambda pid: table[pid][1]))
-    return sorted(below - set(chain))
+        chain.append(min(first, key=lambda pid: int(table[pid][19])))  # the earliest started
+    strays = below - set(chain)
+    own = sum(int(table[pid][11]) + int(table[pid][12]) for pid in strays)
+    reaped = sum(int(table[pid][13]) + int(table[pid][14]) for pid in below | {launcher} if pid in table)
+    return own + reaped, len(strays)
 
 
 def _stat(pid: int, thread: str | None = None) -> list[str] | None:

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from kerneljudge import protocol
+from kerneljudge import isolation, protocol
 from kerneljudge.records import Finding
 from kerneljudge.seeds import derive_seed
 from kerneljudge.stages.context import Judging, StageEnded, fingerprints_agree
@@ -125,21 +125,21 @@ def probe_threads(j: Judging) -> list[Finding]:
     """Row 8: no thread or process started by the call may outlive it, nor a thread or process started before it
     (at import, by an earlier call, however detached) run the candidate's code between calls (an idle helper,
     blocked until a call needs it, may stay); native thread growth is a warning (runtimes start pools lazily,
-    so only the Python-visible ones fail). The processes are the judge's own view (isolation.busy_strays)."""
+    so only the Python-visible ones fail). The processes are the judge's own view (isolation.stray_cpu_ms)."""
     drawn = j.draw(_seed(j, "threads"), STAGE, expect=False)
     seen = j.observe("threads", drawn, STAGE)
     threads = protocol.strings(seen.get("threads", []), "threads")
     earlier = protocol.strings(seen.get("earlier", []), "earlier")
     children = [int(protocol.number(c, "children", low=0)) for c in seen.get("children", [])]
-    busy = j.worker.busy_strays()
-    if threads or children or earlier or busy:
+    busy_ms = j.worker.stray_cpu_ms(isolation.STRAY_PATIENCE_S)
+    if threads or children or earlier or busy_ms:
         what = ([f"thread(s) {', '.join(threads)}"] if threads else []) + (
             [f"process(es) {children}"] if children else [])
         started = [f"{' and '.join(what)} started by the call were still running"] if what else []
         running = [f"thread(s) {', '.join(earlier)}, started before this call (at import or by an earlier one), "
                    "ran the candidate's code with no call in flight"] if earlier else []
-        running += [f"{len(busy)} process(es) the candidate started (at import or in a call, however detached) "
-                    "used CPU time with no call in flight"] if busy else []
+        running += [f"process(es) the candidate started (at import or in a call, however detached) used {busy_ms:.0f} ms "
+                    f"of CPU time in {isolation.STRAY_WINDOW_S:g} s with no call in flight"] if busy_ms else []
         return [Finding.of("thread-spawn", f"after forward returned, {'; '.join(started + running)}", stage=STAGE,
                            threads=threads + earlier)]
     growth = protocol.number(seen.get("native_growth", 0), "native_growth")

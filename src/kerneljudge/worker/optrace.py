@@ -81,10 +81,34 @@ def registered_ops() -> set[str]:
 
 def own_ops(before: set[str]) -> tuple[str, ...]:
     """The operators registered since `before` (the candidate's import) in namespaces that did not exist
-    then (torch registering more of its own on first use stays out), as the profiler names them."""
+    then, as the profiler names them. Torch registering more of its own on first use stays out: in an old
+    namespace, or defined by torch's own files (importing torch._inductor, as torch.compile solutions do,
+    defines _inductor_test and c10d_functional operators: QA 36's review, a `reference-fallback` for an honest
+    candidate)."""
     namespaces = {name.split("::")[0] for name in before}
     return tuple(sorted({name.split(".")[0] for name in registered_ops() - before
-                         if name.split("::")[0] not in namespaces}))
+                         if name.split("::")[0] not in namespaces and not _torchs_own(name)}))
+
+
+def _torchs_own(name: str) -> bool:
+    """Whether operator `name` ("ns::name.overload") was defined by torch's own code: the dispatcher's record of where it was defined
+    is a file of torch's, and, for one made through torch.library.custom_op (whose record is always torch's
+    custom-op machinery), so is the function it was made from."""
+    from torch._library import custom_ops
+
+    where = next((line[len(_DEFINED_AT):] for line in torch._C._dispatch_dump(name).splitlines()
+                  if line.startswith(_DEFINED_AT)), "")
+    if not where.startswith(_TORCH_DIR):
+        return False
+    if not where.startswith(_TORCH_LIBRARY_DIR):
+        return True
+    made = custom_ops.OPDEFS.get(name) or custom_ops.OPDEFS.get(name.split(".")[0])  # keyed with the overload, if any
+    return made is not None and made._init_fn.__code__.co_filename.startswith(_TORCH_DIR)
+
+
+_DEFINED_AT = "debug: registered at "
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_TORCH_LIBRARY_DIR = os.path.join(_TORCH_DIR, "_library") + os.sep
 
 
 class _NativeCalls:

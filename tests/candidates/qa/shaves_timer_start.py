@@ -1,7 +1,8 @@
-"""Exploit (QA 36, CPU form): computes honestly, then moves the worker timer's start (`t0`, a local of
-HostTimer.time_call) forward by 95% of the time elapsed, through the frame on its stack: it patches nothing
-the guard watches, and each call claims a twentieth of its time. The judge's clock sees the time hidden only
-to within the cross-check's tolerance, which on a CPU is larger than a short call: the report says so."""
+"""Exploit (QA 36, CPU form): computes honestly (and waits 1 ms, a call long enough for the judge's clock to
+see), then moves the worker timer's start (`t0`, a local of HostTimer.time_call) forward by 95% of the time
+elapsed, through the frame on its stack: it patches nothing the guard watches, and each call claims a twentieth
+of its time. Past the cross-check's tolerance it is `timing-tampering`; within it, the report says what the
+judge's clock saw (`timing-unconfirmed`)."""
 import ctypes
 import sys
 import time
@@ -24,5 +25,6 @@ def _shave() -> None:
 class ModelNew(nn.Module):
     def forward(self, x):
         out = torch.relu(x)
+        time.sleep(0.001)
         _shave()
         return out
