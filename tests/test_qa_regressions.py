@@ -278,23 +278,28 @@ def test_a_busy_process_the_probes_never_saw_is_seen_after_the_timing(fast, shor
         [(f.code, f.stage, f.message) for f in result.findings]
 
 
-def test_a_claim_shaved_within_the_machines_noise_is_said_with_what_the_judges_clock_saw(fast):
-    """A candidate that rewrote the worker timer's start through its stack claimed 17x on a 1.8 ms call and
-    passed: on a CPU the cross-check's tolerance is larger than such a call. A claim shaved so never stands
-    silently now: `timing-tampering` past the tolerance, `timing-unconfirmed` (a warning, with the judge's own
-    time) within it; a long honest call (0.3 s) gets neither."""
-    timing = {**CUT_SHORT, "baselines": True, "compile_baseline": False, "min_runs": 20, "max_runs": 20,
-              "budget_ms": 1e6}
-    result = api.evaluate(RELU, QA / "shaves_timer_start.py", fast.replace(timing=timing), probes=False)
-    said = [f for f in result.findings if f.code in ("timing-unconfirmed", "timing-tampering")]
-    assert said, [(f.code, f.message) for f in result.findings]
-    if said[0].code == "timing-unconfirmed":
-        median_ms = result.timing["candidate"]["median_ms"]
-        assert said[0].details["seen_ms"] >= 1.5 * median_ms and "by that clock the speedup" in said[0].message
-    slow = api.evaluate(RELU, QA / "slow_sleep.py", fast.replace(timing={**timing, "min_runs": 3, "max_runs": 3}),
-                        probes=False)
-    assert slow.verdict == "pass" and not {"timing-unconfirmed", "timing-tampering"} & codes(slow), \
-        [f.message for f in slow.findings]
+def test_a_claim_shaved_within_the_machines_noise_is_said_with_what_the_judges_clock_saw():
+    """A candidate that rewrote the worker timer's start through its stack claimed 17.6x on a 1.8 ms call and
+    passed: on a CPU the cross-check's tolerance (1.7-4 ms) is larger than such a call. Where the judge's clock saw
+    half the claim or more unexplained, within the tolerance, the result says so with the judge's own speedup (the
+    figures are that candidate's); unexplained time within the noise but small against the claim, or past the
+    tolerance (tampering, said elsewhere), gets no such warning. (The rule alone: whether a shaved claim lands
+    within a machine's noise depends on the machine's load, so no evaluation here could assert it.)"""
+    from types import SimpleNamespace
+
+    def said(excess_ms, tolerance_ms, median_ms, eager_ms=1.84):
+        judging = SimpleNamespace(findings=[])
+        measure._warn_if_unconfirmed(judging, {"excess_ms": excess_ms, "tolerance_ms": tolerance_ms}, median_ms,
+                                     eager_ms)
+        return judging.findings
+
+    (warned,) = said(1.62, 2.16, 0.1043)
+    assert warned.code == "timing-unconfirmed" and warned.severity == "warn"
+    assert warned.details["seen_ms"] == pytest.approx(1.7243) and "speedup against eager is 1.067x" in warned.message
+    assert said(0.04, 2.16, 0.1043) == [] and said(2.5, 2.16, 0.1043) == [] and said(-1.0, 2.16, 0.1043) == []
+    assert said(20.0, 32.4, 300.0) == []  # a 0.3 s honest call's noise
+    assert "speedup" not in said(1.62, 2.16, 0.1043, eager_ms=None)[0].message  # no baseline timed
+    assert said(None, None, 0.1043) == []  # no cross-check ran
 
 
 def test_a_batchs_unparsable_candidate_is_keyed_by_its_content_so_a_fixed_one_is_judged_again(tmp_path):
