@@ -295,6 +295,12 @@ class WorkerProcess:
             if self.clock() >= patience_ends:
                 return used * 1e3 / os.sysconf("SC_CLK_TCK")
 
+    @staticmethod
+    def strays_said(cpu_ms: float) -> str:
+        """`stray_cpu_ms`'s figure as a finding says it."""
+        return (f"process(es) the candidate started (at import or in a call, however detached) used {cpu_ms:.0f} ms "
+                f"of CPU time in {STRAY_WINDOW_S:g} s with no call in flight")
+
     def extend_deadline(self, seconds: float) -> None:
         """Time the judge kept the worker waiting (for the device's timing lock) is not the worker's time."""
         self.deadline += seconds

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kerneljudge import cache, isolation, protocol, timing
+from kerneljudge import cache, protocol, timing
 from kerneljudge.isolation import WorkerProcess
 from kerneljudge.records import Finding
 from kerneljudge.seeds import fresh_seed
@@ -440,9 +440,7 @@ def _measure(j: Judging, process: WorkerProcess, model: str, stop: timing.StopRu
     j.findings.extend(_watched(timer))
     busy_ms = j.worker.stray_cpu_ms(0.0) if process is j.worker else 0.0  # one window: a start-up is long over
     if busy_ms:
-        j.findings.append(Finding.of("thread-spawn", f"after the timing: process(es) the candidate started (at import "
-                                     f"or in a call, however detached) used {busy_ms:.0f} ms of CPU time in "
-                                     f"{isolation.STRAY_WINDOW_S:g} s with no call in flight", stage=STAGE))
+        j.findings.append(Finding.of("thread-spawn", f"after the timing: {j.worker.strays_said(busy_ms)}", stage=STAGE))
     return measured, timer, checked["n"], None
 
 

@@ -138,8 +138,7 @@ def probe_threads(j: Judging) -> list[Finding]:
         started = [f"{' and '.join(what)} started by the call were still running"] if what else []
         running = [f"thread(s) {', '.join(earlier)}, started before this call (at import or by an earlier one), "
                    "ran the candidate's code with no call in flight"] if earlier else []
-        running += [f"process(es) the candidate started (at import or in a call, however detached) used {busy_ms:.0f} ms "
-                    f"of CPU time in {isolation.STRAY_WINDOW_S:g} s with no call in flight"] if busy_ms else []
+        running += [j.worker.strays_said(busy_ms)] if busy_ms else []
         return [Finding.of("thread-spawn", f"after forward returned, {'; '.join(started + running)}", stage=STAGE,
                            threads=threads + earlier)]
     growth = protocol.number(seen.get("native_growth", 0), "native_growth")

@@ -91,9 +91,9 @@ def own_ops(before: set[str]) -> tuple[str, ...]:
 
 
 def _torchs_own(name: str) -> bool:
-    """Whether operator `name` ("ns::name.overload") was defined by torch's own code: the dispatcher's record of where it was defined
-    is a file of torch's, and, for one made through torch.library.custom_op (whose record is always torch's
-    custom-op machinery), so is the function it was made from."""
+    """Whether operator `name` ("ns::name.overload") was defined by torch's own code: the dispatcher's record of
+    where it was defined is a file of torch's, and, for one made through torch.library.custom_op (whose record is
+    always torch's custom-op machinery), so is the function it was made from."""
     from torch._library import custom_ops
 
     where = next((line[len(_DEFINED_AT):] for line in torch._C._dispatch_dump(name).splitlines()
